@@ -1,0 +1,128 @@
+"""Argument checks for the compaction API.
+
+Shape, dtype, device and aliasing checks read only tensor metadata and always
+run. Value checks (``row_ids[i] >= i``, ``max(row_ids) < rows``) read the data,
+which on an accelerator is a host sync: there they run only when asked
+(``check=True`` or ``INVARIANT_CHECK_COMPACTION_DEBUG=1``). On CPU they are
+cheap and always run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import torch
+
+__all__ = ["DEBUG_ENV", "normalize_buffers", "check_row_ids", "check_row_values", "want_value_checks"]
+
+DEBUG_ENV = "INVARIANT_CHECK_COMPACTION_DEBUG"
+_INDEX_DTYPES = (torch.int32, torch.int64)
+_BUFFER_DTYPES = (torch.int32, torch.int64)
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int]:
+    """Half-open byte range [lo, hi) that a strided tensor can touch."""
+    if t.numel() == 0:
+        return (t.data_ptr(), t.data_ptr())
+    extent = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride()))
+    return (t.data_ptr(), t.data_ptr() + (extent + 1) * t.element_size())
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+    )
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+        return False
+    (alo, ahi), (blo, bhi) = _byte_span(a), _byte_span(b)
+    return alo < bhi and blo < ahi
+
+
+def normalize_buffers(buffers: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Return the distinct non-empty buffers, each checked to be a compactable 2-D tensor.
+
+    The same view passed twice is kept once (compacting it twice would apply the
+    gather twice). Two different views that overlap cannot be compacted
+    independently, so they are rejected.
+    """
+    if isinstance(buffers, torch.Tensor):
+        buffers = [buffers]
+    elif not isinstance(buffers, Sequence) or isinstance(buffers, (str, bytes)):
+        raise ValueError(f"buffers: expected a 2-D tensor or a sequence of them, got {type(buffers).__name__}")
+    out: list[torch.Tensor] = []
+    device = None
+    for k, buf in enumerate(buffers):
+        name = f"buffers[{k}]"
+        if not isinstance(buf, torch.Tensor):
+            raise ValueError(f"{name}: expected a tensor, got {type(buf).__name__}")
+        if buf.dim() != 2:
+            raise ValueError(f"{name}: expected a 2-D [rows, width] tensor, got shape {tuple(buf.shape)}")
+        if buf.dtype not in _BUFFER_DTYPES:
+            raise ValueError(f"{name}: dtype must be int32 or int64, got {buf.dtype}")
+        if buf.shape[1] > 1 and buf.stride(1) != 1:
+            raise ValueError(f"{name}: rows must be contiguous (stride(1) == 1), got strides {buf.stride()}")
+        if buf.shape[0] > 1 and buf.shape[1] > 0 and buf.stride(0) < buf.shape[1]:
+            raise ValueError(f"{name}: rows overlap each other (stride(0) {buf.stride(0)} < width {buf.shape[1]})")
+        if device is None:
+            device = buf.device
+        elif buf.device != device:
+            raise ValueError(f"{name}: on {buf.device}, but buffers[0] is on {device}; all buffers must share a device")
+        if buf.shape[1] == 0:
+            continue
+        if any(_same_view(buf, seen) for seen in out):
+            continue
+        for seen in out:
+            if _overlap(buf, seen):
+                raise ValueError(f"{name}: overlaps another buffer without being the same view")
+        out.append(buf)
+    return out
+
+
+def check_row_ids(row_ids: torch.Tensor, buffers: list[torch.Tensor]) -> None:
+    """Metadata-only checks of ``row_ids`` against the (normalized) buffers."""
+    if not isinstance(row_ids, torch.Tensor):
+        raise ValueError(f"row_ids: expected a tensor, got {type(row_ids).__name__}")
+    if row_ids.dim() != 1:
+        raise ValueError(f"row_ids: expected a 1-D tensor, got shape {tuple(row_ids.shape)}")
+    if row_ids.dtype not in _INDEX_DTYPES:
+        raise ValueError(f"row_ids: dtype must be int32 or int64, got {row_ids.dtype}")
+    n = row_ids.shape[0]
+    for k, buf in enumerate(buffers):
+        if buf.device != row_ids.device:
+            raise ValueError(f"row_ids: on {row_ids.device}, but the buffers are on {buf.device}")
+        # row_ids[i] >= i and < rows imply n <= rows; this needs no data.
+        if n > buf.shape[0]:
+            raise ValueError(f"row_ids: {n} rows requested, but a buffer has only {buf.shape[0]} rows")
+        if n and _overlap(row_ids, buf):
+            raise ValueError("row_ids: shares memory with a buffer being compacted")
+
+
+def want_value_checks(row_ids: torch.Tensor, check: bool | None) -> bool:
+    if check is not None:
+        return bool(check)
+    if row_ids.device.type == "cpu":
+        return True
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+
+
+def check_row_values(row_ids: torch.Tensor, buffers: list[torch.Tensor]) -> None:
+    """Data checks (a host sync on accelerators): ``i <= row_ids[i] < rows``."""
+    n = row_ids.shape[0]
+    if n == 0 or not buffers:
+        return
+    ids = row_ids.to(torch.int64)
+    below = ids < torch.arange(n, device=ids.device)
+    if bool(below.any()):
+        i = int(below.nonzero()[0, 0])
+        raise ValueError(f"row_ids: row_ids[{i}] = {int(ids[i])} < {i}; each entry must be >= its position")
+    rows = min(buf.shape[0] for buf in buffers)
+    top = int(ids.max())
+    if top >= rows:
+        raise ValueError(f"row_ids: max(row_ids) = {top} out of range for a buffer with {rows} rows")
