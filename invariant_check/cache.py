@@ -1,0 +1,97 @@
+"""Result cache: per-file results keyed by content hash, in one file per configuration.
+
+The configuration key covers the tool version, the enabled rules and their options, so a
+changed rule set never reads stale results. A stat memo (size, mtime) maps paths to content
+hashes so that a warm run does not read unchanged files, as git's index does; files modified
+within the last two seconds are re-hashed to stay safe against coarse mtimes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+FORMAT = 1
+
+
+def config_key(rule_codes: list[str], options: dict[str, Any], extra: Any = None) -> str:
+    blob = json.dumps(
+        [FORMAT, __version__, sorted(rule_codes), options, extra], sort_keys=True, default=str
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
+class Cache:
+    def __init__(self, directory: Path, key: str) -> None:
+        self.directory = directory
+        self.file = directory / f"{key}.json"
+        self.stat_memo: dict[str, list] = {}
+        self.entries: dict[str, dict[str, Any]] = {}
+        self.dirty = False
+        self._now = time.time()
+
+    def load(self) -> None:
+        try:
+            with self.file.open("rb") as fh:
+                data = json.load(fh)
+            if data.get("format") == FORMAT:
+                self.stat_memo = data["stat"]
+                self.entries = data["entries"]
+        except (OSError, ValueError, KeyError, TypeError):
+            # A missing or damaged cache is an empty one.
+            self.stat_memo, self.entries = {}, {}
+
+    def digest_for(self, path: str, st: os.stat_result) -> str | None:
+        memo = self.stat_memo.get(path)
+        if memo and memo[0] == st.st_size and memo[1] == st.st_mtime_ns:
+            if memo[2] in self.entries:
+                return memo[2]
+        return None
+
+    def remember(self, path: str, st: os.stat_result, file_digest: str) -> None:
+        if st.st_mtime < self._now - 2:
+            self.stat_memo[path] = [st.st_size, st.st_mtime_ns, file_digest]
+        self.dirty = True
+
+    def entry(self, file_digest: str) -> dict[str, Any]:
+        e = self.entries.get(file_digest)
+        if e is None:
+            e = self.entries[file_digest] = {}
+            self.dirty = True
+        return e
+
+    def save(self, live_digests: set[str] | None = None) -> str | None:
+        """Write atomically; returns an error message instead of raising."""
+        if not self.dirty:
+            return None
+        if live_digests is not None:
+            # keep the cache the size of the tree, not of its history
+            self.entries = {d: e for d, e in self.entries.items() if d in live_digests}
+            self.stat_memo = {p: m for p, m in self.stat_memo.items() if m[2] in self.entries}
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            gitignore = self.directory / ".gitignore"
+            if not gitignore.exists():
+                gitignore.write_text("# created by invariant-check\n*\n")
+            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            with os.fdopen(fd, "w") as fh:
+                json.dump(
+                    {"format": FORMAT, "stat": self.stat_memo, "entries": self.entries},
+                    fh,
+                    separators=(",", ":"),
+                )
+            os.replace(tmp, self.file)
+        except OSError as exc:
+            return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
+        return None

@@ -1,0 +1,193 @@
+"""`[tool.invariant-check]` in the nearest pyproject.toml, merged with the command line."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from .registry import all_rules, resolve_code
+
+TABLE = "invariant-check"
+KNOWN_KEYS = {
+    "select",
+    "ignore",
+    "exclude",
+    "extend-exclude",
+    "per-file-ignores",
+    "options",
+    "cache-dir",
+    "jobs",
+}
+
+# Skipped while walking folders, never when a file is named on the command line.
+DEFAULT_EXCLUDES = (
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".venv",
+    "venv",
+    ".env",
+    "env",
+    ".tox",
+    ".nox",
+    ".eggs",
+    "*.egg-info",
+    "build",
+    "dist",
+    "node_modules",
+    "site-packages",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".invariant-check-cache",
+)
+
+
+class ConfigError(Exception):
+    """Bad configuration; the message is one line naming the file and the key."""
+
+
+@dataclass
+class Config:
+    root: Path
+    source: Path | None = None
+    select: list[str] | None = None
+    ignore: list[str] = field(default_factory=list)
+    exclude: list[str] = field(default_factory=list)
+    per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cache_dir: Path | None = None
+    jobs: int | None = None
+
+    def rule_options(self, code: str) -> dict[str, Any]:
+        rule = all_rules()[code]
+        merged = rule.default_options()
+        merged.update(self.options.get(code, {}))
+        return merged
+
+
+def find_config(paths: list[Path]) -> Path | None:
+    """The nearest pyproject.toml with a [tool.invariant-check] table above the paths."""
+    resolved = [p.resolve() for p in paths] or [Path.cwd().resolve()]
+    start = Path(_common_dir(resolved))
+    for folder in [start, *start.parents]:
+        candidate = folder / "pyproject.toml"
+        if candidate.is_file():
+            try:
+                with candidate.open("rb") as fh:
+                    data = tomllib.load(fh)
+            except (OSError, tomllib.TOMLDecodeError):
+                continue
+            if TABLE in data.get("tool", {}):
+                return candidate
+    return None
+
+
+def _common_dir(paths: list[Path]) -> str:
+    import os
+
+    dirs = [str(p if p.is_dir() else p.parent) for p in paths]
+    try:
+        return os.path.commonpath(dirs)
+    except ValueError:
+        return str(Path.cwd())
+
+
+def load_config(path: Path | None, *, fallback_root: Path | None = None) -> Config:
+    if path is None:
+        return Config(root=(fallback_root or Path.cwd()).resolve())
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    table = data.get("tool", {}).get(TABLE, {}) if path.name == "pyproject.toml" else data
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [tool.{TABLE}] must be a table")
+    return parse_table(table, path)
+
+
+def parse_table(table: dict[str, Any], source: Path) -> Config:
+    where = f"{source}: [tool.{TABLE}]"
+    unknown = sorted(set(table) - KNOWN_KEYS)
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_KEYS))}"
+        )
+    cfg = Config(root=source.parent.resolve(), source=source)
+
+    def str_list(key: str) -> list[str]:
+        value = table.get(key, [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where}: {key} must be a list of strings")
+        return value
+
+    if "select" in table:
+        cfg.select = check_codes(str_list("select"), f"{where} select")
+    cfg.ignore = check_codes(str_list("ignore"), f"{where} ignore")
+    cfg.exclude = str_list("exclude") + str_list("extend-exclude")
+    pfi = table.get("per-file-ignores", {})
+    if not isinstance(pfi, dict):
+        raise ConfigError(f"{where}: per-file-ignores must be a table of glob = [codes]")
+    for glob, codes in pfi.items():
+        if not isinstance(codes, list) or not all(isinstance(c, str) for c in codes):
+            raise ConfigError(f"{where}: per-file-ignores.{glob!r} must be a list of codes")
+        cfg.per_file_ignores[glob] = check_codes(codes, f"{where} per-file-ignores.{glob!r}")
+    options = table.get("options", {})
+    if not isinstance(options, dict):
+        raise ConfigError(f"{where}: options must be a table of [options.<CODE>] tables")
+    for key, values in options.items():
+        codes = resolve_code(key)
+        if len(codes) != 1:
+            raise ConfigError(f"{where}: options.{key}: unknown rule code or name")
+        cfg.options[codes[0]] = check_rule_options(codes[0], values, f"{where} options.{key}")
+    if "cache-dir" in table:
+        if not isinstance(table["cache-dir"], str):
+            raise ConfigError(f"{where}: cache-dir must be a string")
+        cfg.cache_dir = (cfg.root / table["cache-dir"]).resolve()
+    if "jobs" in table:
+        if not isinstance(table["jobs"], int) or table["jobs"] < 1:
+            raise ConfigError(f"{where}: jobs must be a positive integer")
+        cfg.jobs = table["jobs"]
+    return cfg
+
+
+def check_codes(tokens: list[str], where: str) -> list[str]:
+    codes: list[str] = []
+    bad = []
+    for token in tokens:
+        found = resolve_code(token)
+        if not found:
+            bad.append(token)
+        codes.extend(found)
+    if bad:
+        known = ", ".join(all_rules())
+        raise ConfigError(f"{where}: unknown rule code(s) {', '.join(bad)}; known: {known}")
+    return codes
+
+
+def check_rule_options(code: str, values: Any, where: str) -> dict[str, Any]:
+    rule = all_rules()[code]
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: must be a table")
+    unknown = sorted(set(values) - set(rule.OPTIONS))
+    if unknown:
+        known = ", ".join(sorted(rule.OPTIONS)) or "none"
+        raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; known: {known}")
+    out = {}
+    for key, value in values.items():
+        try:
+            out[key] = rule.OPTIONS[key].validate(key, value)
+        except ValueError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    return out

@@ -1,0 +1,420 @@
+"""Runs the enabled rules over a list of files: prefilter, parse once, one batched traversal,
+cross-file finalize, suppressions. No output formatting here."""
+
+from __future__ import annotations
+
+import fnmatch
+import multiprocessing
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
+
+from . import suppressions
+from .cache import Cache, digest
+from .discovery import display_path
+from .rule import Rule, RuleContext
+from .types import Candidate, FileError, FileResult, Finding
+
+UNUSED_SUPPRESSION = ("IC900", "unused-suppression")
+# Below this many files to parse, starting worker processes costs more than it saves.
+PARALLEL_MIN_FILES = 6
+
+
+@dataclass
+class LintResult:
+    findings: list[Finding] = field(default_factory=list)
+    errors: list[FileError] = field(default_factory=list)
+    files_seen: int = 0
+    files_parsed: int = 0
+    cache_hits: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _FileState:
+    path: Path
+    shown: str
+    digest: str | None = None
+    report_rules: set[str] = field(default_factory=set)  # rules whose prefilter matched
+    wanted: bool = False  # must be parsed
+    has_marker: bool = False
+    source: bytes | None = None
+    result: FileResult | None = None
+
+
+class Engine:
+    def __init__(
+        self,
+        rules: list[type[Rule]],
+        options: dict[str, dict[str, Any]],
+        *,
+        prefilter: bool = True,
+        jobs: int | None = None,
+        cache: Cache | None = None,
+        warn_unused_ignores: bool = False,
+        per_file_ignores: dict[str, list[str]] | None = None,
+        root: Path | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.rules = rules
+        self.codes = [r.CODE for r in rules]
+        self.options = options
+        self.prefilter = prefilter
+        self.jobs = jobs or os.cpu_count() or 1
+        self.cache = cache
+        self.warn_unused_ignores = warn_unused_ignores
+        self.per_file_ignores = per_file_ignores or {}
+        self.root = root or Path.cwd()
+        self.cwd = cwd or Path.cwd()
+        self._triggers = {
+            r.CODE: tuple(t.encode() for t in r.triggers(options[r.CODE])) for r in rules
+        }
+        self._fact_triggers = {
+            r.CODE: tuple(t.encode() for t in r.fact_triggers(options[r.CODE])) for r in rules
+        }
+
+    # -- public ----------------------------------------------------------------------------
+    def lint(self, files: Iterable[Path]) -> LintResult:
+        result = LintResult()
+        states = []
+        for path in files:
+            state = _FileState(path, display_path(path, self.cwd))
+            err = self._scan(state)
+            if err:
+                result.errors.append(err)
+            else:
+                states.append(state)
+        result.files_seen = len(states) + len(result.errors)
+
+        # Cross-file rules may need files that hold none of their triggers: iterate on names.
+        names_seen: set[bytes] = set()
+        while True:
+            self._parse_wanted(states, result)
+            facts = self._facts(states)
+            names = set()
+            for rule in self.rules:
+                names |= {
+                    n.encode()
+                    for n in rule.expand_triggers(facts.get(rule.CODE, {}), self.options[rule.CODE])
+                }
+            new = names - names_seen
+            if not new:
+                break
+            names_seen |= new
+            grew = False
+            for s in states:
+                if not s.wanted and self._contains_any(s, new):
+                    s.wanted = True
+                    grew = True
+            if not grew:
+                break
+
+        self._finish(states, facts, result)
+        if self.cache is not None:
+            live = {s.digest for s in states if s.digest}
+            err = self.cache.save(live)
+            if err:
+                result.warnings.append(err)
+        result.findings.sort(key=Finding.sort_key)
+        result.errors.sort(key=lambda e: (e.path, e.line or 0))
+        return result
+
+    # -- scanning and prefiltering -----------------------------------------------------------
+    def _scan(self, s: _FileState) -> FileError | None:
+        try:
+            st = os.stat(s.path)
+            cached = self.cache.digest_for(str(s.path), st) if self.cache else None
+            if cached is not None:
+                entry = self.cache.entries[cached]
+                if "m" in entry:
+                    s.digest = cached
+                    s.report_rules = set(entry["m"])
+                    s.has_marker = entry.get("s", False)
+                    s.wanted = entry["w"] or not self.prefilter
+                    if entry.get("skip"):
+                        s.wanted = False
+                    return None
+            with open(s.path, "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return FileError(s.shown, "cannot read: file disappeared while linting")
+        except IsADirectoryError:
+            return FileError(s.shown, "cannot read: is a directory")
+        except OSError as exc:
+            return FileError(s.shown, f"cannot read: {exc.strerror or exc}")
+        s.digest = digest(data)
+        s.source = data
+        s.has_marker = suppressions.MARKER in data
+        skip = s.has_marker and suppressions.parse(data).skip_file
+        matched = set()
+        fact_hit = False
+        if not skip:
+            for rule in self.rules:
+                opts = self.options[rule.CODE]
+                trig = self._triggers[rule.CODE]
+                if any(t in data for t in trig) and rule.may_apply(data, opts):
+                    matched.add(rule.CODE)
+                if not fact_hit and any(t in data for t in self._fact_triggers[rule.CODE]):
+                    fact_hit = True
+        s.report_rules = matched
+        wanted = bool(matched) or fact_hit
+        s.wanted = (wanted or not self.prefilter) and not skip
+        if self.cache is not None:
+            entry = self.cache.entry(s.digest)
+            entry.update({"m": sorted(matched), "w": wanted, "s": s.has_marker, "skip": skip})
+            self.cache.remember(str(s.path), st, s.digest)
+        return None
+
+    def _contains_any(self, s: _FileState, names: set[bytes]) -> bool:
+        entry = self.cache.entry(s.digest) if (self.cache and s.digest) else None
+        known = entry.setdefault("x", {}) if entry is not None else {}
+        todo = [n for n in names if n.decode() not in known]
+        if todo:
+            data = s.source if s.source is not None else _read(s.path)
+            if data is None:
+                return False
+            for n in todo:
+                known[n.decode()] = n in data
+            if entry is not None:
+                self.cache.dirty = True
+        return any(known[n.decode()] for n in names)
+
+    # -- parsing -------------------------------------------------------------------------------
+    def _parse_wanted(self, states: list[_FileState], result: LintResult) -> None:
+        todo = []
+        for s in states:
+            if not s.wanted or s.result is not None:
+                continue
+            entry = self.cache.entries.get(s.digest) if (self.cache and s.digest) else None
+            if entry is not None and "r" in entry:
+                s.result = FileResult.from_json(entry["r"])
+                result.cache_hits += 1
+            else:
+                todo.append(s)
+        if not todo:
+            return
+        result.files_parsed += len(todo)
+        tasks = [(str(s.path), s.shown, s.source) for s in todo]
+        for s in todo:
+            s.source = None  # the worker owns the bytes now; keeps peak memory down
+        outputs = self._run_tasks(tasks)
+        for s, (file_digest, res) in zip(todo, outputs):
+            s.result = res
+            if file_digest is not None:
+                s.digest = file_digest
+            if self.cache is not None and s.digest and res.error is None:
+                self.cache.entry(s.digest)["r"] = res.to_json()
+                self.cache.dirty = True
+
+    def _run_tasks(self, tasks):
+        jobs = min(self.jobs, len(tasks))
+        if jobs <= 1 or len(tasks) < PARALLEL_MIN_FILES:
+            _init_worker(self.rules, self.options)
+            return [_work(t) for t in tasks]
+        # Biggest files first so that no worker is left with a long tail.
+        order = sorted(range(len(tasks)), key=lambda i: -(len(tasks[i][2] or b"") or 1))
+        ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        out: list = [None] * len(tasks)
+        with ProcessPoolExecutor(
+            max_workers=jobs,
+            mp_context=ctx,
+            initializer=_init_worker,
+            initargs=(self.rules, self.options),
+        ) as pool:
+            for i, res in zip(order, pool.map(_work, [tasks[i] for i in order], chunksize=1)):
+                out[i] = res
+        return out
+
+    # -- cross-file pass and filtering ----------------------------------------------------------
+    def _facts(self, states: list[_FileState]) -> dict[str, dict[str, Any]]:
+        facts: dict[str, dict[str, Any]] = {code: {} for code in self.codes}
+        for s in states:
+            if s.result is None:
+                continue
+            for code, value in s.result.facts.items():
+                if code in facts:
+                    facts[code][s.shown] = value
+        return facts
+
+    def _finish(self, states, facts, result: LintResult) -> None:
+        by_rule: dict[str, list[tuple[str, Candidate]]] = {code: [] for code in self.codes}
+        by_shown = {s.shown: s for s in states}
+        for s in states:
+            if s.result is None:
+                continue
+            if s.result.error is not None:
+                result.errors.append(s.result.error)
+                continue
+            for cand in s.result.candidates:
+                code = cand.finding.rule
+                if code not in by_rule:
+                    continue
+                if self.prefilter and code not in s.report_rules:
+                    continue
+                by_rule[code].append((s.shown, cand))
+        kept: list[tuple[str, Candidate]] = []
+        for rule in self.rules:
+            kept.extend(rule.finalize(by_rule[rule.CODE], facts[rule.CODE], self.options[rule.CODE]))
+
+        sup_cache: dict[str, suppressions.FileSuppressions] = {}
+
+        def sups_for(shown: str) -> suppressions.FileSuppressions:
+            if shown not in sup_cache:
+                s = by_shown[shown]
+                data = _read(s.path) if s.has_marker else None
+                sup_cache[shown] = suppressions.parse(data or b"")
+            return sup_cache[shown]
+
+        for shown, cand in kept:
+            f = cand.finding
+            if self._ignored_by_config(by_shown[shown].path, f.rule):
+                continue
+            if by_shown[shown].has_marker and sups_for(shown).match(
+                f.rule, (f.line, cand.statement_line)
+            ):
+                continue
+            result.findings.append(f)
+
+        if self.warn_unused_ignores:
+            enabled = set(self.codes)
+            for s in states:
+                if not s.has_marker:
+                    continue
+                for sup in sups_for(s.shown).all():
+                    if sup.used:
+                        continue
+                    codes = sorted(sup.codes) if sup.codes is not None else None
+                    if codes is not None and not any(c in enabled or not c.startswith("IC") for c in codes):
+                        continue  # only names rules that are switched off in this run
+                    what = f"ignore[{', '.join(codes)}]" if codes is not None else "ignore"
+                    result.findings.append(
+                        Finding(
+                            s.shown,
+                            sup.line,
+                            sup.column,
+                            sup.line,
+                            sup.column,
+                            UNUSED_SUPPRESSION[0],
+                            UNUSED_SUPPRESSION[1],
+                            f"Unused suppression `# invariant-check: {what}`: nothing is reported here",
+                            "Remove the comment, or move it to the line of the finding.",
+                        )
+                    )
+
+    def _ignored_by_config(self, path: Path, code: str) -> bool:
+        if not self.per_file_ignores:
+            return False
+        try:
+            rel = path.relative_to(self.root).as_posix()
+        except ValueError:
+            rel = path.as_posix()
+        for glob, codes in self.per_file_ignores.items():
+            if code in codes and (fnmatch.fnmatch(rel, glob) or fnmatch.fnmatch(path.name, glob)):
+                return True
+        return False
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+# -- worker side (runs in this process or in a pool worker) ------------------------------------
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(rules: list[type[Rule]], options: dict[str, dict[str, Any]]) -> None:
+    _WORKER["rules"] = rules
+    _WORKER["options"] = options
+
+
+def _work(task: tuple[str, str, bytes | None]) -> tuple[str | None, FileResult]:
+    path, shown, data = task
+    if data is None:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            reason = "file disappeared while linting" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+            return None, FileResult(error=FileError(shown, f"cannot read: {reason}"))
+    return digest(data), lint_source(shown, data, _WORKER["rules"], _WORKER["options"])
+
+
+def lint_source(
+    shown: str, data: bytes, rules: list[type[Rule]], options: dict[str, dict[str, Any]]
+) -> FileResult:
+    """Parse once, run every rule in one batched traversal; never raises."""
+    try:
+        module = cst.parse_module(data)
+    except cst.ParserSyntaxError as exc:
+        first = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
+        return FileResult(
+            error=FileError(shown, f"syntax error: {first}", exc.raw_line, exc.raw_column + 1)
+        )
+    except UnicodeDecodeError as exc:
+        return FileResult(
+            error=FileError(shown, f"cannot decode: not valid {exc.encoding} (byte {exc.start})")
+        )
+    except (LookupError, SyntaxError) as exc:  # unknown coding cookie
+        return FileResult(error=FileError(shown, f"cannot decode: {exc}"))
+    except RecursionError:
+        return FileResult(error=FileError(shown, "cannot parse: nesting too deep"))
+    except Exception as exc:  # a parser bug must not stop the other files
+        return FileResult(error=FileError(shown, f"cannot parse: {type(exc).__name__}: {exc}"))
+    try:
+        return _visit(shown, module, rules, options)
+    except RecursionError:
+        return FileResult(error=FileError(shown, "cannot lint: nesting too deep"))
+    except Exception as exc:
+        return FileResult(
+            error=FileError(shown, f"internal error in a rule: {type(exc).__name__}: {exc}")
+        )
+
+
+def _visit(shown, module, rules, options) -> FileResult:
+    instances = [r(RuleContext(shown, options[r.CODE])) for r in rules]
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    wrapper.visit_batched(instances)
+    out = FileResult()
+    reported = [inst for inst in instances if inst.reports]
+    if reported:
+        positions = wrapper.resolve(PositionProvider)
+        parents = wrapper.resolve(ParentNodeProvider)
+        for inst in reported:
+            for rep in inst.reports:
+                rng = positions[rep.node]
+                stmt_line = _statement_line(rep.node, parents, positions)
+                finding = Finding(
+                    shown,
+                    rng.start.line,
+                    rng.start.column + 1,
+                    rng.end.line,
+                    rng.end.column + 1,
+                    inst.CODE,
+                    inst.NAME,
+                    rep.message,
+                    rep.hint if rep.hint is not None else inst.HINT,
+                )
+                out.candidates.append(Candidate(finding, stmt_line, rep.data))
+    for inst in instances:
+        if inst.facts is not None:
+            out.facts[inst.CODE] = inst.facts
+    return out
+
+
+def _statement_line(node, parents, positions) -> int:
+    cur = node
+    while cur is not None:
+        if isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            return positions[cur].start.line
+        cur = parents.get(cur)
+    return positions[node].start.line

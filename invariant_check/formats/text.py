@@ -1,0 +1,60 @@
+"""`path:line:col: IC001 message`, a caret under the source on terminals, a hint, a summary."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+
+def _source_line(path: str, line: int, cache: dict) -> str | None:
+    if path not in cache:
+        try:
+            with open(path, "rb") as fh:
+                cache[path] = fh.read().decode("utf-8", errors="replace").splitlines()
+        except OSError:
+            cache[path] = []
+    lines = cache[path]
+    return lines[line - 1] if 0 < line <= len(lines) else None
+
+
+def render(result, rules, *, color: bool = False, show_source: bool = False, statistics: bool = False, **_) -> str:
+    bold = (lambda s: f"\x1b[1m{s}\x1b[0m") if color else (lambda s: s)
+    red = (lambda s: f"\x1b[31m{s}\x1b[0m") if color else (lambda s: s)
+    cyan = (lambda s: f"\x1b[36m{s}\x1b[0m") if color else (lambda s: s)
+    out: list[str] = []
+    sources: dict = {}
+    for f in result.findings:
+        out.append(f"{bold(f'{f.path}:{f.line}:{f.column}:')} {red(f.rule)} {f.message}")
+        if show_source:
+            src = _source_line(f.path, f.line, sources)
+            if src is not None:
+                width = (f.end_column - f.column) if f.end_line == f.line else len(src) - f.column + 1
+                out.append(f"    {src}")
+                out.append("    " + " " * (f.column - 1) + red("^" * max(1, width)))
+        if f.hint:
+            out.append(f"    {cyan('hint:')} {f.hint}")
+    if statistics and result.findings:
+        counts = Counter((f.rule, f.name) for f in result.findings)
+        for (code, name), n in sorted(counts.items()):
+            out.append(f"{n:5d}  {code}  {name}")
+    n, e = len(result.findings), len(result.errors)
+    files = len({f.path for f in result.findings})
+    parts = []
+    if n:
+        parts.append(f"Found {n} finding{'s' * (n != 1)} in {files} file{'s' * (files != 1)}")
+    if e:
+        parts.append(f"{e} file{'s' * (e != 1)} could not be linted")
+    checked = f"{result.files_seen} file{'s' * (result.files_seen != 1)} checked"
+    if not parts:
+        out.append(f"All checks passed ({checked}).")
+    else:
+        out.append("; ".join(parts) + f" ({checked}).")
+    return "\n".join(out) + "\n"
+
+
+def render_errors(result) -> str:
+    """One line per file that could not be linted (written to stderr by the CLI)."""
+    lines = []
+    for e in result.errors:
+        where = f"{e.path}:{e.line}:{e.column}" if e.line else e.path
+        lines.append(f"{where}: error: {e.message}")
+    return "".join(l + "\n" for l in lines)

@@ -1,0 +1,133 @@
+"""Plain data passed between the engine, the rules, the cache and the output formats."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem at one place. Lines and columns are 1-based."""
+
+    path: str
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    rule: str
+    name: str
+    message: str
+    hint: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        return cls(**data)
+
+    def sort_key(self) -> tuple:
+        return (self.path, self.line, self.column, self.rule, self.message)
+
+
+@dataclass(frozen=True)
+class FileError:
+    """A file the tool could not lint. `line`/`column` are set for syntax errors."""
+
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Candidate:
+    """A finding a rule produced during the per-file pass.
+
+    `data` is JSON-serialisable and read by the rule's `finalize` after every file's facts
+    are known (cross-file rules drop candidates there); `line` is the first line of the
+    statement holding the node, where a suppression comment may also sit.
+    """
+
+    finding: Finding
+    statement_line: int
+    data: Any = None
+
+    def to_json(self) -> list:
+        return [self.finding.to_dict(), self.statement_line, self.data]
+
+    @classmethod
+    def from_json(cls, raw: list) -> Candidate:
+        return cls(Finding.from_dict(raw[0]), raw[1], raw[2])
+
+
+@dataclass
+class FileResult:
+    """Everything the per-file pass learnt about one file; cached by content hash."""
+
+    candidates: list[Candidate] = field(default_factory=list)
+    # rule code -> JSON-serialisable facts for that rule's cross-file finalize
+    facts: dict[str, Any] = field(default_factory=dict)
+    error: FileError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "candidates": [c.to_json() for c in self.candidates],
+            "facts": self.facts,
+            "error": self.error.to_dict() if self.error else None,
+        }
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> FileResult:
+        err = raw.get("error")
+        return cls(
+            candidates=[Candidate.from_json(c) for c in raw["candidates"]],
+            facts=raw["facts"],
+            error=FileError(**err) if err else None,
+        )
+
+
+@dataclass(frozen=True)
+class Option:
+    """A rule option settable under `[tool.invariant-check.options.<CODE>]`."""
+
+    default: Any
+    help: str
+    kind: type = list  # list (of str), str, bool or int
+
+    def validate(self, key: str, value: Any) -> Any:
+        if self.kind is list:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ValueError(f"option {key!r} must be a list of strings")
+        elif self.kind is bool:
+            if not isinstance(value, bool):
+                raise ValueError(f"option {key!r} must be true or false")
+        elif not isinstance(value, self.kind) or isinstance(value, bool):
+            raise ValueError(f"option {key!r} must be a {self.kind.__name__}")
+        return value
+
+
+@dataclass(frozen=True)
+class Valid:
+    """Code a rule must stay silent on. `files` adds other modules beside it (cross-file)."""
+
+    code: str
+    files: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """Code a rule must report, at `line` (1-based, in `code`) and `column` if given."""
+
+    code: str
+    line: int
+    column: int | None = None
+    message_contains: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)

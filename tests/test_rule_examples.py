@@ -1,0 +1,51 @@
+"""One generic test runs every rule's VALID and INVALID examples (Fixit style)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from invariant_check.registry import all_rules
+from invariant_check.testing import run_example
+
+RULES = all_rules()
+CASES = [
+    pytest.param(rule, kind, i, ex, id=f"{code}-{kind}-{i}")
+    for code, rule in RULES.items()
+    for kind, examples in (("valid", rule.VALID), ("invalid", rule.INVALID))
+    for i, ex in enumerate(examples)
+]
+
+
+@pytest.mark.parametrize("rule,kind,index,example", CASES)
+@pytest.mark.parametrize("prefilter", [True, False], ids=["prefilter", "no-prefilter"])
+def test_example(rule, kind, index, example, prefilter, tmp_path):
+    findings = run_example(rule, example, tmp_path, prefilter=prefilter)
+    if kind == "valid":
+        assert findings == [], f"{rule.CODE} VALID[{index}] reported: {findings}"
+        return
+    assert findings, f"{rule.CODE} INVALID[{index}] reported nothing"
+    at_line = [f for f in findings if f.line == example.line]
+    assert at_line, f"{rule.CODE} INVALID[{index}]: expected line {example.line}, got {[f.line for f in findings]}"
+    f = at_line[0]
+    if example.column is not None:
+        assert f.column == example.column
+    if example.message_contains:
+        assert example.message_contains in f.message
+    assert f.rule == rule.CODE and f.name == rule.NAME
+    assert f.hint, "every finding carries a fix hint"
+    assert "\n" not in f.message, "messages are one line"
+
+
+@pytest.mark.parametrize("code", list(RULES))
+def test_rule_is_documented(code):
+    rule = RULES[code]
+    assert re.fullmatch(r"IC\d{3}", code)
+    assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule.NAME)
+    doc = rule.documentation()
+    for section in ("## What it does", "## Why is this bad?", "## Example", "## Use instead", "## Options"):
+        assert section in doc, f"{code} docstring lacks {section}"
+    assert rule.SUMMARY and "\n" not in rule.SUMMARY
+    assert rule.VALID and rule.INVALID, f"{code} needs VALID and INVALID examples"
+    assert rule.triggers(rule.default_options()), f"{code} needs trigger substrings"
