@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import multiprocessing
 import os
+import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -108,8 +109,9 @@ class Engine:
                 break
             names_seen |= new
             grew = False
+            pattern = re.compile(b"|".join(re.escape(n) for n in sorted(new, key=len, reverse=True)))
             for s in states:
-                if not s.wanted and self._contains_any(s, new):
+                if not s.wanted and self._contains_any(s, new, pattern):
                     s.wanted = True
                     grew = True
             if not grew:
@@ -171,16 +173,17 @@ class Engine:
             self.cache.remember(str(s.path), st, s.digest)
         return None
 
-    def _contains_any(self, s: _FileState, names: set[bytes]) -> bool:
+    def _contains_any(self, s: _FileState, names: set[bytes], pattern: re.Pattern[bytes]) -> bool:
+        """Whether the file holds any of `names`; one regex pass per round, memoised by hash."""
         entry = self.cache.entry(s.digest) if (self.cache and s.digest) else None
         known = entry.setdefault("x", {}) if entry is not None else {}
-        todo = [n for n in names if n.decode() not in known]
-        if todo:
+        if any(n.decode() not in known for n in names):
             data = s.source if s.source is not None else _read(s.path)
             if data is None:
                 return False
-            for n in todo:
-                known[n.decode()] = n in data
+            present = {m.group(0) for m in pattern.finditer(data)}
+            for n in names:
+                known[n.decode()] = n in present
             if entry is not None:
                 self.cache.dirty = True
         return any(known[n.decode()] for n in names)
