@@ -1,0 +1,147 @@
+"""The pre-commit hook, run by real `pre-commit try-repo` in a throwaway git repository.
+
+pre-commit clones the hook repository at a commit and pip-installs it into its own
+virtualenv, so this exercises `.pre-commit-hooks.yaml`, the package build and the console
+script together, as a user of the hook gets them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+BROKEN = """\
+import torch.nn as nn
+
+
+class Predictor(nn.Module):
+    def set_skip_topk(self, skip):
+        self.skip = skip
+"""
+
+FIXED = BROKEN + """
+    def compact_topk_indices(self, slot_ids):
+        self.buf[: slot_ids.numel()] = self.buf[slot_ids]
+"""
+
+
+def _git_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # A developer's global git config (hooks, signing, templates) must not leak in.
+    env.update(
+        GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_CONFIG_NOSYSTEM="1",
+        GIT_AUTHOR_NAME="test",
+        GIT_AUTHOR_EMAIL="test@example.invalid",
+        GIT_COMMITTER_NAME="test",
+        GIT_COMMITTER_EMAIL="test@example.invalid",
+    )
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    env.pop("GIT_INDEX_FILE", None)
+    return env
+
+
+def _git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, env=_git_env(), check=True, capture_output=True, text=True
+    ).stdout
+
+
+@pytest.fixture(scope="session")
+def hook_repo(tmp_path_factory) -> Path:
+    """A git repository holding this project's files, the hook config committed.
+
+    try-repo needs the hook at a commit; copying the project's tracked and untracked
+    (not ignored) files keeps the developer's own repository, index and branches untouched.
+    """
+    if shutil.which("git") is None:
+        pytest.fail("git is needed to test the pre-commit hook")
+    repo = tmp_path_factory.mktemp("hook-repo")
+    listed = _git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
+    for rel in filter(None, listed.split("\0")):
+        src = ROOT / rel
+        if not src.is_file():  # deleted in the work tree but still in the index
+            continue
+        dst = repo / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    assert (repo / ".pre-commit-hooks.yaml").is_file()
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "--no-verify", "-m", "hook under test")
+    return repo
+
+
+@pytest.fixture(scope="session")
+def pre_commit_home(tmp_path_factory) -> Path:
+    # One home for the session: the hook's virtualenv is built once and reused.
+    return tmp_path_factory.mktemp("pre-commit-home")
+
+
+def _try_repo(target: Path, hook_repo: Path, home: Path, *files: str):
+    env = _git_env()
+    env["PRE_COMMIT_HOME"] = str(home)
+    env.pop("PRE_COMMIT", None)
+    env.pop("SKIP", None)
+    env["NO_COLOR"] = "1"
+    # The linter's cache belongs to the target repository, not to the developer's.
+    env.pop("INVARIANT_CHECK_CACHE_DIR", None)
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "invariant-check",
+         "--verbose", "--color", "never", "--files", *files],
+        cwd=target,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+# Building the hook's virtualenv pip-installs the project: ~20 s here, more with a cold pip cache.
+pytestmark = pytest.mark.slow
+
+
+def test_hook_fails_on_a_finding_and_passes_once_fixed(tmp_path, hook_repo, pre_commit_home):
+    target = tmp_path / "target"
+    target.mkdir()
+    _git(target, "init", "-q")
+    (target / "predictor.py").write_text(BROKEN)
+    (target / "clean.py").write_text("x = 1\n")
+    _git(target, "add", "predictor.py", "clean.py")
+
+    failed = _try_repo(target, hook_repo, pre_commit_home, "predictor.py", "clean.py")
+    out = failed.stdout + failed.stderr
+    assert failed.returncode == 1, out
+    assert "invariant-check" in out and "Failed" in out, out
+    assert "predictor.py:4:7: IC003" in out, out
+    assert "clean.py" not in out, out
+
+    (target / "predictor.py").write_text(FIXED)
+    _git(target, "add", "predictor.py")
+    passed = _try_repo(target, hook_repo, pre_commit_home, "predictor.py", "clean.py")
+    out = passed.stdout + passed.stderr
+    assert passed.returncode == 0, out
+    assert "Passed" in out and "IC003" not in out, out
+    # The hook's cache lives in the target repository and must not show up as a new file.
+    assert _git(target, "ls-files", "--others", "--exclude-standard").strip() == "", out
+
+
+def test_hook_skips_non_python_files(tmp_path, hook_repo, pre_commit_home):
+    # `types: [python]`: a text file with the same content is not handed to the linter.
+    target = tmp_path / "target"
+    target.mkdir()
+    _git(target, "init", "-q")
+    (target / "notes.txt").write_text(BROKEN)
+    _git(target, "add", "notes.txt")
+    res = _try_repo(target, hook_repo, pre_commit_home, "notes.txt")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out
+    assert "no files to check" in out.lower() or "Skipped" in out, out
