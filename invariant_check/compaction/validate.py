@@ -30,6 +30,8 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
 
 
 def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.device.type == "meta":  # no memory, every data_ptr is 0: only identity means "same"
+        return a is b
     return (
         a.data_ptr() == b.data_ptr()
         and a.shape == b.shape
@@ -39,10 +41,24 @@ def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
+    if a.device.type == "meta" or a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False
     (alo, ahi), (blo, bhi) = _byte_span(a), _byte_span(b)
-    return alo < bhi and blo < ahi
+    if not (alo < bhi and blo < ahi):
+        return False
+    # Column slices of one row-major storage interleave in memory without
+    # sharing an element: compare their row and column ranges instead.
+    if a.dim() == b.dim() == 2 and a.stride(1) == b.stride(1) == 1 and a.element_size() == b.element_size():
+        pitch = a.stride(0) * a.element_size()
+        if pitch and b.stride(0) * b.element_size() == pitch:
+            base = a.untyped_storage().data_ptr()
+            (ar, ac), (br, bc) = divmod(alo - base, pitch), divmod(blo - base, pitch)
+            aw, bw = a.shape[1] * a.element_size(), b.shape[1] * b.element_size()
+            if ac + aw <= pitch and bc + bw <= pitch:
+                rows = ar < br + b.shape[0] and br < ar + a.shape[0]
+                cols = ac < bc + bw and bc < ac + aw
+                return rows and cols
+    return True
 
 
 def normalize_buffers(buffers: torch.Tensor | Sequence[torch.Tensor]) -> list[torch.Tensor]:
