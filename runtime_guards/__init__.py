@@ -1,0 +1,1 @@
+"""Runtime guards for vLLM speculative decoding; see docs/guards.md."""

@@ -1,0 +1,65 @@
+"""Fault injection for this project's own tests: INVARIANT_CHECK_TEST_FAULT.
+
+NOT for production. Each switch reproduces one real bug inside a real vLLM run so the tests can
+show the guards catch it end to end (workers are separate processes, so the fault has to travel
+the same way as the guards: through the plugin and the environment). Values, comma separated:
+
+- drop-compaction: `compact_topk_indices` does nothing, as when vLLM 0.23/0.24 never called it.
+- wrong-slot-ids: the caller passes each request the slot of its neighbour (a wrong
+  `token_indices_to_sample`); caught by the input check.
+- wrong-rows: the compaction itself gathers the wrong rows (a broken kernel); caught by the
+  result check wherever a top-k buffer exists.
+- double-compaction: the compaction gathers twice (a buffer shared by two layers compacted
+  per layer); caught by the result check.
+- bad-group-metadata: from draft step 1 on, an extra attention group with a disallowed
+  metadata type is put in front of the real groups (so it is never the last group); vLLM
+  discards the per-group list after step 0, so the run itself is unaffected. Where vLLM has no
+  allow-list (CPU, CUDA), the type of the real metadata is taken as the only allowed type.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .config import ENV_FAULT, parse_faults
+
+
+def active() -> frozenset[str]:
+    raw = os.environ.get(ENV_FAULT)
+    if not raw:
+        return frozenset()
+    try:
+        return parse_faults(raw)
+    except ValueError:
+        return frozenset()  # register() already reported the bad value once
+
+
+def wrong_slot_ids(slot_ids: Any) -> Any:
+    n = slot_ids.numel()
+    if n > 1:
+        return slot_ids.roll(1, 0)
+    return slot_ids + 1
+
+
+def wrong_rows_ids(slot_ids: Any) -> Any:
+    n = slot_ids.numel()
+    if n > 1:
+        return slot_ids.roll(1, 0)
+    return (slot_ids - 1).clamp(min=0)
+
+
+class FaultInjectedMetadata:
+    """A metadata type no speculative-decoding allow-list contains."""
+
+    def __repr__(self) -> str:
+        return "FaultInjectedMetadata()"
+
+
+class FaultInjectedGroup:
+    def __init__(self) -> None:
+        self.layer_names: list[str] = []
+        self.backend = None
+
+    def __repr__(self) -> str:
+        return "FaultInjectedGroup()"

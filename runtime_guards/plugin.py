@@ -1,0 +1,55 @@
+"""The vLLM general plugin: `register()` runs in every vLLM process (API server, engine core,
+each worker, registry helper subprocesses) before any model is built.
+
+It must be cheap, idempotent and never raise: a plugin exception would take the vLLM process
+down, which is worse than running unguarded. It imports nothing from vLLM; the patches are
+applied by an import hook as vLLM imports its own modules.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+logger = logging.getLogger("invariant_check.guards")
+
+_state = {"done": False, "installed": False, "error": None}
+
+
+def _say(level: int, msg: str) -> None:
+    # vLLM's logging config does not cover our logger; print one line to stderr ourselves.
+    print(f"invariant-check: {msg}", file=sys.stderr, flush=True)
+
+
+def register() -> None:
+    try:
+        if _state["done"]:
+            return
+        _state["done"] = True
+        from .config import ConfigError, parse_env
+
+        try:
+            cfg = parse_env(os.environ)
+        except ConfigError as exc:
+            _state["error"] = str(exc)
+            _say(logging.ERROR, f"error: {exc}")
+            return
+        if not cfg.enabled and cfg.compaction != "triton":
+            return
+        from .patcher import install
+
+        install(cfg)
+        _state["installed"] = True
+    except Exception as exc:  # noqa: BLE001 - never break vLLM from a plugin
+        try:
+            _say(logging.ERROR, f"error: guards not installed: {type(exc).__name__}: {exc}")
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def _reset_for_tests() -> None:
+    from .patcher import uninstall
+
+    uninstall()
+    _state.update(done=False, installed=False, error=None)

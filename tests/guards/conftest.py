@@ -1,0 +1,66 @@
+"""Fixtures for the runtime-guard tests: in-process guard installation, the tiny local
+DeepSeek-V3 MTP checkpoint, and the real DeepSeek V3.2 MTP module built on CPU."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))  # the builders live next to the tests, not in the package
+
+
+def _vllm_available() -> bool:
+    try:
+        import importlib.util
+
+        return importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("torch") is not None
+    except Exception:  # noqa: BLE001
+        return False
+
+
+requires_vllm = pytest.mark.skipif(not _vllm_available(), reason="needs torch and the vLLM CPU build")
+
+
+@pytest.fixture
+def guards(monkeypatch):
+    """Install the guards in this process with a given config; everything is restored after."""
+    from invariant_check.runtime_guards import patcher, runtime, topk_layout
+    from invariant_check.runtime_guards.config import ENV_FAULT, GUARD_NAMES, GuardConfig
+
+    def install(mode="raise", names=GUARD_NAMES, report_dir=None, faults=(), compaction="vllm"):
+        if faults:
+            monkeypatch.setenv(ENV_FAULT, ",".join(faults))
+        else:
+            monkeypatch.delenv(ENV_FAULT, raising=False)
+        cfg = GuardConfig(guards=frozenset(names), mode=mode,
+                          report_dir=str(report_dir) if report_dir else None, compaction=compaction)
+        patcher.uninstall()
+        topk_layout.reset_states()
+        patcher.install(cfg)
+        return runtime.reporter()
+
+    yield install
+    patcher.uninstall()
+    topk_layout.reset_states()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from tiny_model import build_tiny_deepseek_mtp
+
+    return build_tiny_deepseek_mtp(tmp_path_factory.mktemp("tiny-deepseek-mtp"))
+
+
+@pytest.fixture(scope="session")
+def v32(tiny_model_dir, tmp_path_factory):
+    """(vllm_config, real DeepseekV32MTP, its inner predictor); built once, ~6-20 s, ~600 MB."""
+    from v32_module import build_v32_mtp, write_v32_config
+
+    cfg_dir = write_v32_config(tiny_model_dir, tmp_path_factory.mktemp("tiny-v32"))
+    cfg, model, stack = build_v32_mtp(cfg_dir, "nvidia")
+    yield cfg, model, model.model
+    stack.close()
