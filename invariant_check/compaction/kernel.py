@@ -38,12 +38,44 @@ __all__ = ["compact_rows_kernel", "launch", "MAX_BUFFERS_PER_LAUNCH", "is_interp
 # launch is cheaper than the code growth (models have 1 to a handful).
 MAX_BUFFERS_PER_LAUNCH = 8
 
-# Defaults chosen for bandwidth on Hopper-class cards: 64 columns x 64 rows is a
-# 16 KiB int32 tile in flight per chunk, and width 2048 gives 32 bands per buffer.
-# The GPU benchmark sweeps these; see bench/compaction_gpu.py.
+# Parallelism comes only from column bands (rows are walked in order), so on a
+# GPU the band width shrinks until there is about one band per SM; the chunk
+# then grows so that each program keeps a ~16 KiB int32 tile in flight per
+# barrier. Untuned guesses until bench/compaction_gpu.py has run on a GPU (its
+# sweep reports the best fixed configuration). The interpreter uses the defaults.
 DEFAULT_BLOCK_W = 64
 DEFAULT_CHUNK = 64
 DEFAULT_NUM_WARPS = 4
+BAND_WIDTHS = (64, 32, 16)
+TILE_ELEMS = 4096
+MAX_CHUNK = 128
+
+_sm_counts: dict[int, int] = {}
+
+
+def _sm_count(device) -> int:
+    index = device.index if device.index is not None else 0
+    if index not in _sm_counts:
+        import torch
+
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+def pick_tiles(widths, device) -> tuple[int, int]:
+    """(BLOCK_W, CHUNK) for these buffer widths on this device."""
+    if device.type != "cuda":
+        return DEFAULT_BLOCK_W, DEFAULT_CHUNK
+    return tiles_for_sms(widths, _sm_count(device))
+
+
+def tiles_for_sms(widths, sms: int) -> tuple[int, int]:
+    block_w = BAND_WIDTHS[-1]
+    for bw in BAND_WIDTHS:
+        if sum(-(-w // bw) for w in widths) >= sms:
+            block_w = bw
+            break
+    return block_w, min(MAX_CHUNK, TILE_ELEMS // block_w)
 
 
 @triton.jit
@@ -108,14 +140,15 @@ def launch(
     bufs,
     row_ids,
     *,
-    block_w: int = DEFAULT_BLOCK_W,
-    chunk: int = DEFAULT_CHUNK,
+    block_w: int | None = None,
+    chunk: int | None = None,
     num_warps: int = DEFAULT_NUM_WARPS,
 ) -> None:
     """Compact validated, deduplicated buffers (sequence of 2-D tensors) in place.
 
     No allocation and no host sync: safe to capture in a CUDA graph once the
-    kernel has been compiled (i.e. after one eager call with the same dtypes).
+    kernel has been compiled (i.e. after one eager call with the same buffers).
+    ``n`` is not specialised on, so a changing batch size never recompiles.
     """
     n = row_ids.shape[0]
     if n == 0:
@@ -124,7 +157,9 @@ def launch(
     for start in range(0, len(bufs), MAX_BUFFERS_PER_LAUNCH):
         group = tuple(bufs[start:start + MAX_BUFFERS_PER_LAUNCH])
         widths = tuple(b.shape[1] for b in group)
-        grid = (sum(triton.cdiv(w, block_w) for w in widths),)
+        bw, ch = pick_tiles(widths, group[0].device)
+        bw, ch = block_w or bw, chunk or ch
+        grid = (sum(-(-w // bw) for w in widths),)
         if grid[0] == 0:
             continue
         compact_rows_kernel[grid](
@@ -135,7 +170,7 @@ def launch(
             rid_stride,
             n,
             NUM_BUFS=len(group),
-            BLOCK_W=block_w,
-            CHUNK=chunk,
+            BLOCK_W=bw,
+            CHUNK=ch,
             num_warps=num_warps,
         )

@@ -29,17 +29,6 @@ def _byte_span(t: torch.Tensor) -> tuple[int, int]:
     return (t.data_ptr(), t.data_ptr() + (extent + 1) * t.element_size())
 
 
-def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.device.type == "meta":  # no memory, every data_ptr is 0: only identity means "same"
-        return a is b
-    return (
-        a.data_ptr() == b.data_ptr()
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.dtype == b.dtype
-    )
-
-
 def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.device.type == "meta" or a.device != b.device or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr():
         return False
@@ -66,37 +55,49 @@ def normalize_buffers(buffers: torch.Tensor | Sequence[torch.Tensor]) -> list[to
 
     The same view passed twice is kept once (compacting it twice would apply the
     gather twice). Two different views that overlap cannot be compacted
-    independently, so they are rejected.
+    independently, so they are rejected. Runs on every call: one pass, and
+    pairwise work only for views of one storage.
     """
     if isinstance(buffers, torch.Tensor):
-        buffers = [buffers]
+        buffers = (buffers,)
     elif not isinstance(buffers, Sequence) or isinstance(buffers, (str, bytes)):
         raise ValueError(f"buffers: expected a 2-D tensor or a sequence of them, got {type(buffers).__name__}")
     out: list[torch.Tensor] = []
+    views: set[tuple] = set()
+    by_storage: dict[int, list[torch.Tensor]] = {}
     device = None
+    is_meta = False
     for k, buf in enumerate(buffers):
-        name = f"buffers[{k}]"
         if not isinstance(buf, torch.Tensor):
-            raise ValueError(f"{name}: expected a tensor, got {type(buf).__name__}")
-        if buf.dim() != 2:
-            raise ValueError(f"{name}: expected a 2-D [rows, width] tensor, got shape {tuple(buf.shape)}")
+            raise ValueError(f"buffers[{k}]: expected a tensor, got {type(buf).__name__}")
+        shape, stride = buf.shape, buf.stride()
+        if len(shape) != 2:
+            raise ValueError(f"buffers[{k}]: expected a 2-D [rows, width] tensor, got shape {tuple(shape)}")
         if buf.dtype not in _BUFFER_DTYPES:
-            raise ValueError(f"{name}: dtype must be int32 or int64, got {buf.dtype}")
-        if buf.shape[1] > 1 and buf.stride(1) != 1:
-            raise ValueError(f"{name}: rows must be contiguous (stride(1) == 1), got strides {buf.stride()}")
-        if buf.shape[0] > 1 and buf.shape[1] > 0 and buf.stride(0) < buf.shape[1]:
-            raise ValueError(f"{name}: rows overlap each other (stride(0) {buf.stride(0)} < width {buf.shape[1]})")
+            raise ValueError(f"buffers[{k}]: dtype must be int32 or int64, got {buf.dtype}")
+        if shape[1] > 1 and stride[1] != 1:
+            raise ValueError(f"buffers[{k}]: rows must be contiguous (stride(1) == 1), got strides {stride}")
+        if shape[0] > 1 and stride[0] < shape[1]:
+            raise ValueError(f"buffers[{k}]: rows overlap each other (stride(0) {stride[0]} < width {shape[1]})")
         if device is None:
             device = buf.device
+            is_meta = device.type == "meta"
         elif buf.device != device:
-            raise ValueError(f"{name}: on {buf.device}, but buffers[0] is on {device}; all buffers must share a device")
-        if buf.shape[1] == 0:
+            raise ValueError(f"buffers[{k}]: on {buf.device}, but buffers[0] is on {device}; all buffers must share a device")
+        if shape[1] == 0:
             continue
-        if any(_same_view(buf, seen) for seen in out):
+        if is_meta:  # no memory: nothing can alias
+            out.append(buf)
             continue
-        for seen in out:
+        view = (buf.data_ptr(), shape, stride, buf.dtype)
+        if view in views:
+            continue
+        views.add(view)
+        siblings = by_storage.setdefault(buf.untyped_storage().data_ptr(), [])
+        for seen in siblings:
             if _overlap(buf, seen):
-                raise ValueError(f"{name}: overlaps another buffer without being the same view")
+                raise ValueError(f"buffers[{k}]: overlaps another buffer without being the same view")
+        siblings.append(buf)
         out.append(buf)
     return out
 
@@ -109,15 +110,21 @@ def check_row_ids(row_ids: torch.Tensor, buffers: list[torch.Tensor]) -> None:
         raise ValueError(f"row_ids: expected a 1-D tensor, got shape {tuple(row_ids.shape)}")
     if row_ids.dtype not in _INDEX_DTYPES:
         raise ValueError(f"row_ids: dtype must be int32 or int64, got {row_ids.dtype}")
+    if not buffers:
+        return
+    device = buffers[0].device  # normalize_buffers made them share one
+    if row_ids.device != device:
+        raise ValueError(f"row_ids: on {row_ids.device}, but the buffers are on {device}")
     n = row_ids.shape[0]
-    for k, buf in enumerate(buffers):
-        if buf.device != row_ids.device:
-            raise ValueError(f"row_ids: on {row_ids.device}, but the buffers are on {buf.device}")
-        # row_ids[i] >= i and < rows imply n <= rows; this needs no data.
-        if n > buf.shape[0]:
-            raise ValueError(f"row_ids: {n} rows requested, but a buffer has only {buf.shape[0]} rows")
-        if n and _overlap(row_ids, buf):
-            raise ValueError("row_ids: shares memory with a buffer being compacted")
+    # row_ids[i] >= i and < rows imply n <= rows; this needs no data.
+    rows = min(buf.shape[0] for buf in buffers)
+    if n > rows:
+        raise ValueError(f"row_ids: {n} rows requested, but a buffer has only {rows} rows")
+    if n and device.type != "meta":
+        storage = row_ids.untyped_storage().data_ptr()
+        for buf in buffers:
+            if buf.untyped_storage().data_ptr() == storage and _overlap(row_ids, buf):
+                raise ValueError("row_ids: shares memory with a buffer being compacted")
 
 
 def want_value_checks(row_ids: torch.Tensor, check: bool | None) -> bool:

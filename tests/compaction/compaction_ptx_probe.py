@@ -62,22 +62,26 @@ def main(out_dir: str) -> None:
     rows, width = 4096, 2048
     bufs = (torch.zeros(rows, width, dtype=torch.int32), torch.zeros(rows, width, dtype=torch.int64))
     row_ids = torch.zeros(256, dtype=torch.int32)
-    band = compile_ptx(
-        kernel.compact_rows_kernel,
-        dict(
-            bufs=bufs,
-            strides=tuple(b.stride(0) for b in bufs),
-            widths=tuple(b.shape[1] for b in bufs),
-            row_ids_ptr=row_ids,
-            rid_stride=row_ids.stride(0),
-            n=row_ids.shape[0],
-            NUM_BUFS=len(bufs),
-            BLOCK_W=kernel.DEFAULT_BLOCK_W,
-            CHUNK=kernel.DEFAULT_CHUNK,
-        ),
-        num_warps=kernel.DEFAULT_NUM_WARPS,
-    )
-    (out / "band.ptx").write_text(band)
+    # The tiles an H100/H200 (132 SMs) would get for these buffers, and the defaults.
+    tiles = {"band": kernel.tiles_for_sms([b.shape[1] for b in bufs], 132),
+             "band_default": (kernel.DEFAULT_BLOCK_W, kernel.DEFAULT_CHUNK)}
+    for name, (block_w, chunk) in tiles.items():
+        ptx = compile_ptx(
+            kernel.compact_rows_kernel,
+            dict(
+                bufs=bufs,
+                strides=tuple(b.stride(0) for b in bufs),
+                widths=tuple(b.shape[1] for b in bufs),
+                row_ids_ptr=row_ids,
+                rid_stride=row_ids.stride(0),
+                n=row_ids.shape[0],
+                NUM_BUFS=len(bufs),
+                BLOCK_W=block_w,
+                CHUNK=chunk,
+            ),
+            num_warps=kernel.DEFAULT_NUM_WARPS,
+        )
+        (out / f"{name}.ptx").write_text(ptx)
 
     spec = importlib.util.spec_from_file_location("compaction_naive_kernel", Path(__file__).with_name("compaction_naive_kernel.py"))
     naive = importlib.util.module_from_spec(spec)
@@ -88,7 +92,7 @@ def main(out_dir: str) -> None:
         dict(ptr=buf, stride=buf.stride(0), width=buf.shape[1], row_ids_ptr=row_ids, BLOCK_W=64),
     )
     (out / "naive.ptx").write_text(ptx)
-    (out / "meta.json").write_text(json.dumps({"triton": triton.__version__, "num_bufs": len(bufs)}))
+    (out / "meta.json").write_text(json.dumps({"triton": triton.__version__, "num_bufs": len(bufs), "tiles": tiles}))
 
 
 if __name__ == "__main__":

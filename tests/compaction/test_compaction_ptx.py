@@ -65,6 +65,7 @@ def ptx(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {
         "band": (out / "band.ptx").read_text(),
+        "band_default": (out / "band_default.ptx").read_text(),
         "naive": (out / "naive.ptx").read_text(),
         "meta": json.loads((out / "meta.json").read_text()),
     }
@@ -74,11 +75,12 @@ def test_ptx_targets_sm_90(ptx):
     assert re.search(r"^\.target\s+sm_90a?\b", ptx["band"], re.M)
 
 
-def test_barrier_sits_between_every_load_and_store(ptx):
-    events = memory_events(ptx["band"])
+@pytest.mark.parametrize("variant", ["band", "band_default"])
+def test_barrier_sits_between_every_load_and_store(ptx, variant):
+    events = memory_events(ptx[variant])
     ops = [op for _, op in events]
     assert ops.count("ld.global") and ops.count("st.global")
-    assert unbarriered_stores(ptx["band"]) == []
+    assert unbarriered_stores(ptx[variant]) == []
     # One load / barrier / store sequence per buffer: each buffer's first store
     # comes after a barrier that itself comes after that buffer's loads.
     first_bar_after_load = [
@@ -87,11 +89,12 @@ def test_barrier_sits_between_every_load_and_store(ptx):
     assert len(first_bar_after_load) >= ptx["meta"]["num_bufs"]
 
 
-def test_int32_rows_move_as_16_byte_vectors(ptx):
+@pytest.mark.parametrize("variant", ["band", "band_default"])
+def test_int32_rows_move_as_16_byte_vectors(ptx, variant):
     # Full-width bands of an aligned int32 buffer: 4 x 32-bit per access, the
     # pattern that the bandwidth target depends on.
-    assert "ld.global.v4.b32" in ptx["band"]
-    assert "st.global.v4.b32" in ptx["band"]
+    assert "ld.global.v4.b32" in ptx[variant]
+    assert "st.global.v4.b32" in ptx[variant]
 
 
 def test_check_catches_the_naive_kernel(ptx):
