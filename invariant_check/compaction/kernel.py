@@ -23,6 +23,12 @@ Inside a program, rows are walked upwards in chunks of CHUNK rows. For chunk k
 * A row read by chunk k and written by a later chunk is written after that
   later chunk's barrier, which every thread reaches only after chunk k's loads.
 
+The argument also covers a compiler that prefetches later chunks' loads
+before earlier chunks' stores (software pipelining): chunk k+m reads rows
+``>= c_{k+m}``, and no store up to chunk k+m-1 reaches that far.
+tests/compaction/test_compaction_ptx.py checks on sm_90 PTX that the barrier
+survives compilation between the loads and the stores.
+
 Rows with ``row_ids[i] == i`` would copy onto themselves, so they are masked
 out (no traffic), which also makes the one-token-per-request case nearly free.
 """

@@ -19,6 +19,9 @@ from types import SimpleNamespace
 import pytest
 
 HERE = Path(__file__).resolve().parent
+# The helper modules (compaction_*.py) import by name under any --import-mode.
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
 KERNEL_MODULE = "invariant_check.compaction.kernel"
 NAIVE_PATH = HERE / "compaction_naive_kernel.py"
 
