@@ -155,3 +155,40 @@ def is_watched(name: str) -> bool:
 
 def defines_topk_hooks(cls: type) -> bool:
     return any(m in cls.__dict__ for m in TOPK_METHODS)
+
+
+def scan_topk_classes(vllm_root: str) -> list[tuple[str, str]]:
+    """(module, class) for every class in vLLM's model packages that defines set_skip_topk or
+    compact_topk_indices, found from source without importing anything."""
+    import ast
+    import os
+
+    found: list[tuple[str, str]] = []
+    for sub in ("model_executor/models", "models"):
+        base = os.path.join(vllm_root, sub)
+        for dirpath, _dirs, files in os.walk(base):
+            for fname in sorted(files):
+                if not fname.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, fname)
+                try:
+                    with open(path, encoding="utf-8") as fh:
+                        text = fh.read()
+                except OSError:
+                    continue
+                if "def set_skip_topk" not in text and "def compact_topk_indices" not in text:
+                    continue
+                try:
+                    tree = ast.parse(text)
+                except SyntaxError:
+                    continue
+                rel = os.path.relpath(path, os.path.dirname(vllm_root))[:-3].replace(os.sep, ".")
+                if rel.endswith(".__init__"):
+                    rel = rel[: -len(".__init__")]
+                for node in tree.body:
+                    if isinstance(node, ast.ClassDef) and any(
+                        isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name in TOPK_METHODS
+                        for b in node.body
+                    ):
+                        found.append((rel, node.name))
+    return sorted(found)
