@@ -54,11 +54,12 @@ class _ClassFrame:
 
 @dataclass
 class _Pending:
-    """A switch-on call whose own window holds no direct compaction."""
+    """A switch-on call with no direct compaction on every path around it."""
 
     node: cst.Call
     frame: _Frame
-    window: set[str]
+    before: list[set[str]]  # every path from the last forward to the switch
+    after: list[set[str]]  # every path from the switch to the next forward
     message: str
     hint: str
 
@@ -182,25 +183,35 @@ class SkipTopkWithoutCompaction(Rule):
     *forward* is a call of the switch's receiver or of an object it hangs off
     (`self.model.model(...)`, `self.model(...)`, also through a local alias such as
     `draft_model = self.model.model`), or a call whose last name is in `forward-calls`. The
-    *window* runs from the last forward before the switch (or the start of the function) to
-    the first forward after it (or the end of the function). When the switch sits in a loop
-    and no forward follows it in the loop body, the window wraps around to the next
-    iteration's first forward, and back to the previous iteration's last forward. A
-    compaction anywhere in the window satisfies the rule, before or after the switch, and
-    under any condition (`if hasattr(model, "compact_topk_indices"):`): the rule is
-    flow-insensitive inside the window. Helpers are resolved by function name across the
-    linted files, up to `helper-depth` calls deep.
+    switch is fine when a compaction sits on every path from the last forward before it (or
+    the start of the function) to the switch, or on every path from the switch to the next
+    forward (or the end of the function). Paths are source order, with one refinement for
+    the innermost loop that holds the switch and a forward: when no forward precedes the
+    switch in the loop body, a later iteration reaches the switch from the end of the
+    previous iteration's body (and, when no forward runs before the loop, only that path
+    counts); when no forward follows it, the next iteration's first forward is reached
+    through the top of the body. Conditions are not evaluated: a compaction under
+    `if hasattr(model, "compact_topk_indices"):` counts as run.
+
+    A compaction is the `compaction-method` call on any receiver, or a call of a function of
+    the linted tree that makes one, directly or through other functions, up to
+    `helper-depth` calls deep, resolved by function name across files. Followed calls are
+    `helper(...)`, `self.helper(...)`, `super().helper(...)`, `module.helper(...)` and
+    methods of the switched model (`self.model.model.helper(...)`); methods of other objects
+    are not followed.
 
     ## What it leaves to the runtime guard
-    - A switch in a hook method of a class whose *sibling* method compacts (vLLM's
-      `on_prefill_end` compacts, `on_multi_step_decode_begin` switches): the order in which a
-      framework calls the hooks is not visible statically, so the rule stays silent and the
-      `topk-layout` runtime guard checks the buffer layout when a reusing step runs.
+    - A switch in a method of a class whose *sibling* method compacts (directly or through
+      helpers of the same module): vLLM's `on_prefill_end` compacts and
+      `on_multi_step_decode_begin` switches, and the order in which a framework calls such
+      hooks is not visible statically. The rule stays silent; the `topk-layout` runtime
+      guard checks the buffer layout when a reusing step runs.
     - A switch whose argument is not the literal `True` (`set_skip_topk(flag)`), and the body
       of `def set_skip_topk` itself, which only delegates.
-    - Forwards hidden inside helpers not named in `forward-calls`, and compaction performed by
-      a caller in another class before it calls the function holding the switch (the latter
-      is reported: move the compaction next to the switch or suppress the line).
+    - Forwards hidden in helpers not named in `forward-calls` (the window then extends past
+      them), and a compaction made by a caller outside the class before it calls the
+      function holding the switch (this one is reported: compact next to the switch, or
+      suppress the line).
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -208,6 +219,7 @@ class SkipTopkWithoutCompaction(Rule):
     - `forward-calls` (default `model`, `forward`, `draft_model`, `run_model`, `_run_model`):
       last names of calls that run a draft step, besides calls of the switch's receiver.
     - `helper-depth` (default 4): how many helper calls deep a compaction is looked for.
+      Each level costs one more cross-file round when a switch is not resolved locally.
     """
 
     CODE = "IC002"
@@ -422,6 +434,20 @@ def propose(self, idx):
 """,
             line=3,
         ),
+        # Switched on in the loop's first iteration, after step 0 ran before the loop: the
+        # compaction at the end of the body comes one step late.
+        Invalid(
+            """
+def propose(self, idx):
+    hidden = self.model(**self.inputs)
+    for step in range(1, self.num_steps):
+        if step == 1:
+            self.model.model.set_skip_topk(True)
+        hidden = self.model(**self.inputs)
+        self.model.model.compact_topk_indices(idx)
+""",
+            line=5,
+        ),
         # The only compaction sits in an unrelated class.
         Invalid(
             """
@@ -581,11 +607,13 @@ def draft(self, idx):
                 for m in _siblings(p.frame)
             ):
                 continue
-            names = _useful(p.window, self.options)
-            if _reaches_compaction(names, local, self._compaction, depth):
+            before = [sorted(_useful(path, self.options)) for path in p.before]
+            after = [sorted(_useful(path, self.options)) for path in p.after]
+            if _satisfied(before, after, local, self._compaction, depth):
                 continue
-            need |= names
-            self.report(p.node, p.message, hint=p.hint, data={"names": sorted(names)})
+            for path in before + after:
+                need.update(path)
+            self.report(p.node, p.message, hint=p.hint, data={"before": before, "after": after})
         if facts or need:
             self.facts = {"defs": facts, "need": sorted(need)}
 
@@ -615,28 +643,37 @@ def draft(self, idx):
                 )
                 for i in range(len(calls))
             ]
-            window, next_forward = _window(s, seq.calls, seq.ranges, forward)
-            if any(names[i] == self._compaction for i in window):
+            before, after, next_forward = _paths(s, seq.calls, seq.ranges, forward)
+            if _all_compact(before, names, self._compaction) or _all_compact(
+                after, names, self._compaction
+            ):
                 continue
             exact = {dotted(receiver), seq.canonical(dotted(receiver) or "")} - {None, ""}
-            window_names = {
-                names[i]
-                for i in window
-                if names[i] is not None
-                and (
-                    _followable(calls[i].func, self._imported)
-                    or (
-                        isinstance(calls[i].func, cst.Attribute)
-                        and seq.canonical(dotted(calls[i].func.value) or "") in exact
+
+            def followed(path: set[int]) -> set[str]:
+                return {
+                    names[i]
+                    for i in path
+                    if names[i] is not None
+                    and names[i] != self._switch
+                    and (
+                        _followable(calls[i].func, self._imported)
+                        or (
+                            isinstance(calls[i].func, cst.Attribute)
+                            and seq.canonical(dotted(calls[i].func.value) or "") in exact
+                        )
                     )
-                )
-            }
+                }
+
             self._pending.append(
                 _Pending(
                     switch,
                     frame,
-                    window_names - {self._switch},
-                    self._message(receiver, calls[next_forward] if next_forward is not None else None),
+                    [followed(p) for p in before],
+                    [followed(p) for p in after],
+                    self._message(
+                        receiver, calls[next_forward] if next_forward is not None else None
+                    ),
                     self._hint(receiver, seq.names),
                 )
             )
@@ -684,8 +721,12 @@ def draft(self, idx):
         return [
             (path, cand)
             for path, cand in candidates
-            if not _reaches_compaction(
-                cand.data["names"], defs, options["compaction-method"], options["helper-depth"]
+            if not _satisfied(
+                cand.data["before"],
+                cand.data["after"],
+                defs,
+                options["compaction-method"],
+                options["helper-depth"],
             )
         ]
 
@@ -748,6 +789,8 @@ def _reaches_compaction(
 ) -> bool:
     """Whether a function among `names` compacts within `depth` calls (by function name)."""
     frontier, seen = set(names), set()
+    if compaction in frontier:
+        return True
     for _ in range(depth):
         frontier -= seen
         if not frontier:
@@ -781,55 +824,82 @@ def _owners(receiver: cst.CSTNode | None, seq: _Sequence) -> set[str]:
     return out
 
 
-def _window(
+def _paths(
     s: int,
     calls: list[tuple[cst.Call, tuple[int, ...]]],
     ranges: dict[int, list[int]],
     forward: list[bool],
-) -> tuple[set[int], int | None]:
-    """Indices of the calls between the forwards around call `s`, and the next forward."""
-    window: set[int] = set()
+) -> tuple[list[set[int]], list[set[int]], int | None]:
+    """The paths (sets of call indices) into call `s` from the last forward, and out of it
+    to the next forward; and the index of the next forward.
+
+    A compaction on every path in, or on every path out, puts one between the two forwards
+    on every run. Paths are read in source order, flow-insensitively, except around the
+    innermost loop L that holds both the switch and a forward: when no forward precedes the
+    switch in L's body, an iteration after the first reaches it from the end of the previous
+    iteration's body; when none follows it, the next iteration's forward is reached through
+    the top of L's body.
+    """
     n = len(calls)
     loops = calls[s][1][::-1]  # innermost first
+    with_forward = None
+    plain: list[int] = []  # loops around the switch, inside L, that run no forward
+    for loop in loops:
+        lo, hi = ranges[loop]
+        if any(forward[lo:hi]):
+            with_forward = loop
+            break
+        plain.append(loop)
+    # A loop without a forward may run its body again before the next forward: its whole
+    # body belongs to both sides.
+    extra = {k for loop in plain for k in range(*ranges[loop]) if k != s}
 
     j = s + 1
     while j < n and not forward[j]:
-        window.add(j)
         j += 1
     next_forward = j if j < n else None
-    for loop in loops:
-        lo, hi = ranges[loop]
-        if next_forward is not None and lo <= next_forward < hi:
-            break
-        # The loop body ends without a forward after the switch: the next iteration runs
-        # from the top of the body to its first forward with reuse already on.
-        k = lo
-        while k < hi and not forward[k]:
-            window.add(k)
-            k += 1
-        if k < hi:
-            next_forward = k if next_forward is None or k < next_forward else next_forward
-            break
+    after = [set(range(s + 1, j)) | extra]
 
     j = s - 1
     while j >= 0 and not forward[j]:
-        window.add(j)
         j -= 1
     prev_forward = j if j >= 0 else None
-    for loop in loops:
-        lo, hi = ranges[loop]
-        if prev_forward is not None and lo <= prev_forward < hi:
-            break
-        # Symmetric: in an earlier iteration, the calls after the body's last forward ran
-        # between that forward and this switch.
-        k = hi - 1
-        while k >= lo and not forward[k]:
-            window.add(k)
-            k -= 1
-        if k >= lo:
-            break
-    window.discard(s)
-    return window, next_forward
+    before = [set(range(j + 1, s)) | extra]
+
+    if with_forward is not None:
+        lo, hi = ranges[with_forward]
+        fwd = [k for k in range(lo, hi) if forward[k]]
+        if fwd[0] > s:  # no forward before the switch in the body
+            looped = set(range(lo, s)) | set(range(fwd[-1] + 1, hi)) | extra
+            # Without a forward before the loop, the first iteration has nothing to reuse:
+            # only the path through the previous iteration counts.
+            before = [looped] if prev_forward is None else before + [looped]
+        if fwd[-1] < s:  # no forward after the switch in the body
+            looped = set(range(s + 1, hi)) | set(range(lo, fwd[0])) | extra
+            after = [looped] if next_forward is None else after + [looped]
+            if next_forward is None:
+                next_forward = fwd[0]
+    for path in before + after:
+        path.discard(s)
+    return before, after, next_forward
+
+
+def _all_compact(paths: list[set[int]], names: list[str | None], compaction: str) -> bool:
+    return all(any(names[i] == compaction for i in path) for path in paths)
+
+
+def _satisfied(
+    before: list[list[str]],
+    after: list[list[str]],
+    defs: dict[str, Iterable[str]],
+    compaction: str,
+    depth: int,
+) -> bool:
+    """A compaction on every path into the switch, or on every path out of it."""
+    return any(
+        all(_reaches_compaction(path, defs, compaction, depth) for path in side)
+        for side in (before, after)
+    )
 
 
 def _indices(names: set[str]) -> str:
