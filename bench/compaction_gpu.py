@@ -41,12 +41,12 @@ BUFFER_COUNTS = (1, 4)
 
 # HBM peak in GB/s by device-name fragment (vendor data sheets); first match wins.
 PEAK_GBS = (
+    ("GH200", 4000.0),  # before "H200", which it contains
     ("H200", 4800.0),
     ("H100 NVL", 3900.0),
     ("H100 PCIe", 2000.0),
     ("H100", 3350.0),
     ("H800", 3350.0),
-    ("GH200", 4000.0),
     ("B200", 8000.0),
     ("A100-SXM4-80GB", 2039.0),
     ("A100 80GB PCIe", 1935.0),
@@ -347,7 +347,11 @@ def sweep():
         nbytes = moved_bytes(bufs, slot_ids)
         for bw, ch, nw in configs:
             fn = lambda: K.launch(bufs, slot_ids, block_w=bw, chunk=ch, num_warps=nw)  # noqa: E731
-            ev = event_times_us(fn, max(ARGS.reps // 2, 3 if ARGS.cpu_smoke else 100), ARGS.warmup)
+            try:
+                ev = event_times_us(fn, max(ARGS.reps // 2, 3 if ARGS.cpu_smoke else 100), ARGS.warmup)
+            except Exception as exc:  # one bad config must not cost the rest of the GPU run
+                print(f"sweep config BLOCK_W={bw} CHUNK={ch} num_warps={nw} failed: {exc!r}", flush=True)
+                continue
             med = statistics.median(ev)
             out.append((count, n, bw, ch, nw, med, nbytes / (med * 1e-6) / 1e9))
     return out
@@ -365,8 +369,8 @@ def main():
     print(f"- card: {card}; peak {f(peak, 0)} GB/s ({peak_src}); measured D2D copy {f(copy_roofline_gbs(), 0)} GB/s")
     width = SMOKE_WIDTH if ARGS.cpu_smoke else WIDTH
     picked = {c: K.pick_tiles((width,) * c, torch.device(DEVICE)) for c in BUFFER_COUNTS}
-    print(f"- torch {torch.__version__}, triton {triton.__version__}; num_warps={K.DEFAULT_NUM_WARPS}; "
-          + "; ".join(f"{c} buffer(s): BLOCK_W={bw}, CHUNK={ch}" for c, (bw, ch) in picked.items()))
+    print(f"- torch {torch.__version__}, triton {triton.__version__}; tiles picked: "
+          + "; ".join(f"{c} buffer(s): BLOCK_W={bw}, CHUNK={ch}, num_warps={nw}" for c, (bw, ch, nw) in picked.items()))
     print(f"- buffers int32 [{SMOKE_ROWS if ARGS.cpu_smoke else ROWS}, {SMOKE_WIDTH if ARGS.cpu_smoke else WIDTH}], "
           f"slot_ids = 1, 3, 5, ... (two tokens per request), {ARGS.reps} timed calls after {ARGS.warmup} warm-up")
     print()
@@ -400,6 +404,7 @@ def main():
     ))
     print()
 
+    sys.stdout.flush()
     stats = stress()
     print(f"## Stress: adversarial row ids ({ARGS.stress_trials} trials, widths 7/100/2000/2048, int32+int64, 1-4 buffers)")
     print()
@@ -407,6 +412,7 @@ def main():
                 [[k, str(v[0]), str(v[1]) if not v[1] else f"**{v[1]}**", str(v[2])] for k, v in stats.items()]))
     print()
 
+    sys.stdout.flush()
     if not ARGS.no_sweep:
         sw = sweep()
         print("## Config sweep (kernel launch only; event median us, GB/s)")

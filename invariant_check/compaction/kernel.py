@@ -68,20 +68,24 @@ def _sm_count(device) -> int:
     return _sm_counts[index]
 
 
-def pick_tiles(widths, device) -> tuple[int, int]:
-    """(BLOCK_W, CHUNK) for these buffer widths on this device."""
+def pick_tiles(widths, device) -> tuple[int, int, int]:
+    """(BLOCK_W, CHUNK, num_warps) for these buffer widths on this device."""
     if device.type != "cuda":
-        return DEFAULT_BLOCK_W, DEFAULT_CHUNK
+        return DEFAULT_BLOCK_W, DEFAULT_CHUNK, DEFAULT_NUM_WARPS
     return tiles_for_sms(widths, _sm_count(device))
 
 
-def tiles_for_sms(widths, sms: int) -> tuple[int, int]:
+def tiles_for_sms(widths, sms: int) -> tuple[int, int, int]:
     block_w = BAND_WIDTHS[-1]
     for bw in BAND_WIDTHS:
         if sum(-(-w // bw) for w in widths) >= sms:
             block_w = bw
             break
-    return block_w, min(MAX_CHUNK, TILE_ELEMS // block_w)
+    chunk = min(MAX_CHUNK, TILE_ELEMS // block_w)
+    # With 4 warps a 128-row chunk gets its row ids in a different layout from
+    # the tile, and the compiler converts through shared memory (seen in sm_90
+    # PTX); 8 warps keep one layout.
+    return block_w, chunk, 8 if chunk >= 128 else DEFAULT_NUM_WARPS
 
 
 @triton.jit
@@ -148,7 +152,7 @@ def launch(
     *,
     block_w: int | None = None,
     chunk: int | None = None,
-    num_warps: int = DEFAULT_NUM_WARPS,
+    num_warps: int | None = None,
 ) -> None:
     """Compact validated, deduplicated buffers (sequence of 2-D tensors) in place.
 
@@ -163,8 +167,8 @@ def launch(
     for start in range(0, len(bufs), MAX_BUFFERS_PER_LAUNCH):
         group = tuple(bufs[start:start + MAX_BUFFERS_PER_LAUNCH])
         widths = tuple(b.shape[1] for b in group)
-        bw, ch = pick_tiles(widths, group[0].device)
-        bw, ch = block_w or bw, chunk or ch
+        bw, ch, nw = pick_tiles(widths, group[0].device)
+        bw, ch, nw = block_w or bw, chunk or ch, num_warps or nw
         grid = (sum(-(-w // bw) for w in widths),)
         if grid[0] == 0:
             continue
@@ -178,5 +182,5 @@ def launch(
             NUM_BUFS=len(group),
             BLOCK_W=bw,
             CHUNK=ch,
-            num_warps=num_warps,
+            num_warps=nw,
         )

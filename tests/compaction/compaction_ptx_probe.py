@@ -64,22 +64,25 @@ def main(out_dir: str) -> None:
     row_ids = torch.zeros(256, dtype=torch.int32)
     # The tiles an H100/H200 (132 SMs) would get for these buffers, and the defaults.
     tiles = {"band": kernel.tiles_for_sms([b.shape[1] for b in bufs], 132),
-             "band_default": (kernel.DEFAULT_BLOCK_W, kernel.DEFAULT_CHUNK)}
-    for name, (block_w, chunk) in tiles.items():
+             "band_default": (kernel.DEFAULT_BLOCK_W, kernel.DEFAULT_CHUNK, kernel.DEFAULT_NUM_WARPS),
+             "band_int32": kernel.tiles_for_sms([width], 132)}
+    for name, (block_w, chunk, num_warps) in tiles.items():
+        # band_int32: the vLLM case, one int32 [rows, 2048] buffer.
+        these = bufs[:1] if name == "band_int32" else bufs
         ptx = compile_ptx(
             kernel.compact_rows_kernel,
             dict(
-                bufs=bufs,
-                strides=tuple(b.stride(0) for b in bufs),
-                widths=tuple(b.shape[1] for b in bufs),
+                bufs=these,
+                strides=tuple(b.stride(0) for b in these),
+                widths=tuple(b.shape[1] for b in these),
                 row_ids_ptr=row_ids,
                 rid_stride=row_ids.stride(0),
                 n=row_ids.shape[0],
-                NUM_BUFS=len(bufs),
+                NUM_BUFS=len(these),
                 BLOCK_W=block_w,
                 CHUNK=chunk,
             ),
-            num_warps=kernel.DEFAULT_NUM_WARPS,
+            num_warps=num_warps,
         )
         (out / f"{name}.ptx").write_text(ptx)
 
