@@ -29,8 +29,6 @@ def _kernel_module() -> ModuleType:
 
 
 def _resolve_backend(backend: str, device: torch.device) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     if backend != "auto":
         return backend
     if device.type != "cuda":
@@ -61,6 +59,8 @@ def compact_rows_(
     CPU, on accelerators only with ``INVARIANT_CHECK_COMPACTION_DEBUG=1``.
     Bad arguments raise ``ValueError`` naming the argument.
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(map(repr, BACKENDS))}, got {backend!r}")
     bufs = normalize_buffers(buffers)
     check_row_ids(row_ids, bufs)
     if want_value_checks(row_ids, check):

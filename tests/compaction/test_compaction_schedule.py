@@ -71,3 +71,39 @@ def test_band_kernel_is_right_in_shuffled_order(interp, reversed_programs, seed)
     assert reversed_programs["seen"] == order
     for got, exp in zip(bufs, expected):
         assert torch.equal(got, exp)
+
+
+hypothesis = pytest.importorskip("hypothesis")
+st = hypothesis.strategies
+
+
+@st.composite
+def _cases(draw):
+    rows = draw(st.integers(1, 48))
+    n = draw(st.integers(0, rows))
+    row_ids = [draw(st.integers(i, rows - 1)) for i in range(n)]
+    widths = draw(st.lists(st.integers(1, 40), min_size=1, max_size=3))
+    block_w = draw(st.sampled_from([4, 8, 16]))
+    chunk = draw(st.sampled_from([2, 4, 8]))
+    bands = sum(-(-w // block_w) for w in widths)
+    order = draw(st.permutations(list(range(bands))))
+    rid_dtype = draw(st.sampled_from([torch.int32, torch.int64]))
+    return rows, row_ids, widths, block_w, chunk, order, rid_dtype
+
+
+@hypothesis.settings(
+    max_examples=30, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture]
+)
+@hypothesis.given(case=_cases())
+def test_band_kernel_is_right_for_any_ids_and_any_program_order(interp, reversed_programs, case):
+    rows, row_ids, widths, block_w, chunk, order, rid_dtype = case
+    ids = torch.tensor(row_ids, dtype=rid_dtype)
+    bufs = [make_buffer(rows, w, (torch.int32, torch.int64)[k % 2], k) for k, w in enumerate(widths)]
+    expected = [expected_after(b, ids) for b in bufs]
+    reversed_programs["order"] = list(order)
+    reversed_programs["seen"].clear()
+    interp.kernel.launch(bufs, ids, block_w=block_w, chunk=chunk)
+    if ids.numel():
+        assert reversed_programs["seen"] == list(order)
+    for got, exp in zip(bufs, expected):
+        assert torch.equal(got, exp)
