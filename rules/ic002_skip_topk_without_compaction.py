@@ -65,7 +65,7 @@ class _Pending:
 
 
 class _Sequence(cst.CSTVisitor):
-    """The calls of one function body in source order, with the loops around each.
+    """The calls of one function body in evaluation order, with the loops around each.
 
     Nested functions, classes and lambdas are skipped: their bodies do not run in this order.
     """
@@ -86,8 +86,9 @@ class _Sequence(cst.CSTVisitor):
     def visit_Lambda(self, node: cst.Lambda) -> bool:
         return False
 
-    def visit_Call(self, node: cst.Call) -> None:
-        self.calls.append((node, tuple(self.loops)))
+    def leave_Call(self, original_node: cst.Call) -> None:
+        # After its arguments: `self.model(**self.inputs_for(step))` runs `inputs_for` first.
+        self.calls.append((original_node, tuple(self.loops)))
 
     def _loop(self, body: Iterable[cst.CSTNode | None]) -> None:
         key = len(self.ranges)
@@ -448,6 +449,21 @@ def propose(self, idx):
 """,
             line=5,
         ),
+        # A compacting helper method of the same class, called one step late.
+        Invalid(
+            """
+class Drafter:
+    def propose(self, idx):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        hidden = self.model(**self.inputs)
+        self._compact(idx)
+
+    def _compact(self, idx):
+        self.model.model.compact_topk_indices(idx)
+""",
+            line=4,
+        ),
         # The only compaction sits in an unrelated class.
         Invalid(
             """
@@ -599,21 +615,16 @@ def draft(self, idx):
         depth = self.options["helper-depth"]
         local = {name: set(calls) for name, calls in facts.items()}
         for p in self._pending:
-            # Sibling hooks are resolved within this module only: following every other
-            # method of a large class into the tree would parse most of it.
-            if any(
-                self._compaction in m.calls
-                or _reaches_compaction(_useful(m.calls, self.options), local, self._compaction, depth)
-                for m in _siblings(p.frame)
-            ):
-                continue
+            siblings = [_useful(m.calls, self.options) for m in _siblings(p.frame)]
             before = [sorted(_useful(path, self.options)) for path in p.before]
             after = [sorted(_useful(path, self.options)) for path in p.after]
-            if _satisfied(before, after, local, self._compaction, depth):
+            hooks = [sorted(calls) for calls in siblings if calls]
+            if _satisfied(before, after, hooks, local, self._compaction, depth):
                 continue
-            for path in before + after:
+            for path in before + after + hooks:
                 need.update(path)
-            self.report(p.node, p.message, hint=p.hint, data={"before": before, "after": after})
+            data = {"before": before, "after": after, "siblings": hooks}
+            self.report(p.node, p.message, hint=p.hint, data=data)
         if facts or need:
             self.facts = {"defs": facts, "need": sorted(need)}
 
@@ -703,8 +714,18 @@ def draft(self, idx):
 
     # -- cross-file pass -------------------------------------------------------------------
     @classmethod
+    def fact_triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
+        # Every function that calls the compaction directly sits in a file holding its name:
+        # parsing those first makes the set of direct compactors complete before any
+        # helper chain is followed.
+        return (options["compaction-method"],)
+
+    @classmethod
     def expand_triggers(cls, facts: dict[str, Any], options: dict[str, Any]) -> set[str]:
         defs = _merged(facts)
+        compaction = options["compaction-method"]
+        if not any(compaction in calls for calls in defs.values()):
+            return set()  # no chain can end in a compaction: nothing to follow
         need = {name for per_file in facts.values() for name in per_file.get("need", ())}
         frontier, seen = need, set()
         for _ in range(options["helper-depth"]):
@@ -724,6 +745,7 @@ def draft(self, idx):
             if not _satisfied(
                 cand.data["before"],
                 cand.data["after"],
+                cand.data["siblings"],
                 defs,
                 options["compaction-method"],
                 options["helper-depth"],
@@ -753,9 +775,18 @@ def _followable(func: cst.BaseExpression, imported: set[str]) -> bool:
 
 
 def _siblings(frame: _Frame) -> list[_Frame]:
+    """The other methods of the switch's class that it does not call itself.
+
+    A method the switching function calls is a helper: when it runs is known, and the
+    paths around the switch already account for it.
+    """
     if frame.cls is None:
         return []
-    return [m for m in frame.cls.methods if m is not frame and m.name != frame.name]
+    return [
+        m
+        for m in frame.cls.methods
+        if m is not frame and m.name != frame.name and m.name not in frame.calls
+    ]
 
 
 def _useful(names: Iterable[str], options: dict[str, Any]) -> set[str]:
@@ -891,15 +922,17 @@ def _all_compact(paths: list[set[int]], names: list[str | None], compaction: str
 def _satisfied(
     before: list[list[str]],
     after: list[list[str]],
+    siblings: list[list[str]],
     defs: dict[str, Iterable[str]],
     compaction: str,
     depth: int,
 ) -> bool:
-    """A compaction on every path into the switch, or on every path out of it."""
+    """A compaction on every path into the switch, or on every path out of it, or in a
+    sibling method (each sibling is given by the names it calls)."""
     return any(
         all(_reaches_compaction(path, defs, compaction, depth) for path in side)
         for side in (before, after)
-    )
+    ) or any(_reaches_compaction(calls, defs, compaction, depth) for calls in siblings)
 
 
 def _indices(names: set[str]) -> str:

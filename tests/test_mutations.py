@@ -1,0 +1,97 @@
+"""Mutation test for IC001 and IC002 (issue 3): rewritten fixtures through the real engine.
+
+Meaning-preserving rewrites (renames, aliases, helpers in other modules, `if` wrappers,
+split lines, comments, `isinstance` -> `type(x) in`) must keep every buggy fixture reported
+and every fixed one silent; bug-injecting rewrites (delete the compaction, move it after
+the next forward, move a per-group check after the loop) must be reported, also after any
+meaning-preserving rewrite. `bench/mutation_report.py` prints the same table.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import libcst as cst
+import pytest
+
+from invariant_check.registry import all_rules
+
+HERE = Path(__file__).resolve().parent / "mutation_fixtures"
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import mutations as M  # noqa: E402
+
+RULES = sorted({"IC001", "IC002"} & set(all_rules()))
+
+
+@pytest.fixture(scope="module")
+def outcomes():
+    return M.run(set(RULES))
+
+
+def _rewrites_for(rule):
+    return [rw for rw in M.REWRITES if rule in rw.rules]
+
+
+@pytest.mark.parametrize("rule", ["IC001", "IC002"])
+def test_every_rewrite_applies_and_changes_the_source(rule):
+    if rule not in RULES:
+        pytest.skip(f"{rule} is not registered")
+    fixtures = [fx for fx in M.fixtures() if fx.rule == rule]
+    assert any(fx.buggy for fx in fixtures) and any(not fx.buggy for fx in fixtures)
+    for rw in _rewrites_for(rule):
+        applied = 0
+        for fx in fixtures:
+            if rw.injects and fx.buggy:
+                continue
+            out = rw.apply(dict(fx.files))
+            if out is None:
+                continue
+            applied += 1
+            if rw.name != "identity":
+                assert out != fx.files, f"{rw.name} left {fx.name} unchanged"
+            for name, text in out.items():
+                if name.endswith(".py"):
+                    cst.parse_module(text)
+        assert applied, f"{rw.name} applies to no {rule} fixture"
+
+
+def test_injections_remove_what_they_claim():
+    fixed = {fx.name: fx for fx in M.fixtures() if not fx.buggy}
+    gone = M.delete_compaction(fixed["ic002_proposer_fixed"].files)[M.MAIN]
+    assert "compact_topk_indices(" not in gone
+    moved = M.compaction_after_forward(fixed["ic002_proposer_fixed"].files)[M.MAIN]
+    lines = moved.splitlines()
+    forward = next(i for i, l in enumerate(lines) if "self.model(**inputs)" in l and i > 20)
+    assert "compact_topk_indices(" in lines[forward + 1]
+    after = M.check_after_loop(fixed["ic001_groups_fixed"].files)[M.MAIN]
+    check = next(i for i, l in enumerate(after.splitlines()) if "isinstance(" in l)
+    assert after.splitlines()[check].startswith("        if not"), "the check left the loop body"
+
+
+@pytest.mark.parametrize(
+    "rule,rewrite",
+    [(rule, name) for rule in ("IC001", "IC002") for name in M.table_rows_for(rule)],
+)
+def test_rates(outcomes, rule, rewrite):
+    if rule not in RULES:
+        pytest.skip(f"{rule} is not registered")
+    rows = {(r.rule, r.rewrite): r for r in M.table(outcomes)}
+    row = rows.get((rule, rewrite))
+    assert row is not None, f"no variant of {rewrite} for {rule}"
+    failed = [o for o in outcomes if o.rule == rule and o.rewrite == rewrite and not o.ok]
+    assert row.buggy_variants + row.clean_variants > 0
+    if row.buggy_variants:
+        assert row.detection_rate == 1.0, f"missed: {failed}"
+    if row.clean_variants:
+        assert row.false_alarm_rate == 0.0, f"false alarms: {failed}"
+
+
+def test_outcome_judges_the_line():
+    # A finding elsewhere than the switch does not count as detecting it.
+    o = M.Outcome("x", "f", "IC002", True, True, lines=[3], expected_lines=[7])
+    assert not o.ok
+    assert M.Outcome("x", "f", "IC002", True, True, lines=[7], expected_lines=[7]).ok
+    assert not M.Outcome("x", "f", "IC002", False, True, lines=[7]).ok
