@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import math
 import os
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,13 +82,13 @@ if ARGS.cpu_smoke:
     # Must precede the first import of the kernel module (read by @triton.jit).
     os.environ["TRITON_INTERPRET"] = "1"
 
-import torch  # noqa: E402
-import triton  # noqa: E402
-import triton.language as tl  # noqa: E402
+import torch
+import triton
+import triton.language as tl
 
-from invariant_check.compaction import compact_rows_  # noqa: E402
-from invariant_check.compaction import kernel as K  # noqa: E402
-from invariant_check.compaction.validate import check_row_ids, normalize_buffers  # noqa: E402
+from invariant_check.compaction import compact_rows_
+from invariant_check.compaction import kernel as K
+from invariant_check.compaction.validate import check_row_ids, normalize_buffers
 
 DEVICE = "cpu" if ARGS.cpu_smoke else "cuda"
 SMOKE_NS = (1, 8, 20)
@@ -120,6 +122,11 @@ def torch_reference(bufs, slot_ids):
 
 def triton_api(bufs, slot_ids):
     compact_rows_(bufs, slot_ids, backend="triton")
+
+
+def validate(bufs, slot_ids):
+    """The metadata checks compact_rows_ runs on every call, alone."""
+    check_row_ids(slot_ids, normalize_buffers(bufs))
 
 
 def event_times_us(fn, reps, warmup):
@@ -188,7 +195,7 @@ def kernels_per_call(fn, calls=10):
 
 def pct(values, q):
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(q * (len(values) - 1)))]
 
 
 def peak_gbs():
@@ -232,7 +239,7 @@ def table(headers, rows):
 
 
 def f(x, digits=1):
-    return "n/a" if x != x else f"{x:.{digits}f}"
+    return "n/a" if math.isnan(x) else f"{x:.{digits}f}"
 
 
 # ----------------------------------------------------------------------------- naive kernel
@@ -276,9 +283,9 @@ def correctness_and_timings(peak):
             bufs = make_bufs(count, rows, width, seed=100 + n)
             nbytes = moved_bytes(bufs, slot_ids)
             row = {"count": count, "n": n, "bytes": nbytes}
-            launch_only = lambda: K.launch(bufs, slot_ids)  # noqa: E731
-            validate_only = lambda: check_row_ids(slot_ids, normalize_buffers(bufs))  # noqa: E731
-            for name, fn in (("torch", lambda: torch_reference(bufs, slot_ids)), ("triton", lambda: triton_api(bufs, slot_ids))):
+            launch_only = partial(K.launch, bufs, slot_ids)
+            validate_only = partial(validate, bufs, slot_ids)
+            for name, fn in (("torch", partial(torch_reference, bufs, slot_ids)), ("triton", partial(triton_api, bufs, slot_ids))):
                 ev = event_times_us(fn, ARGS.reps, ARGS.warmup)
                 row[name] = {
                     "median": statistics.median(ev),
@@ -346,10 +353,10 @@ def sweep():
         bufs = make_bufs(count, rows, width)
         nbytes = moved_bytes(bufs, slot_ids)
         for bw, ch, nw in configs:
-            fn = lambda: K.launch(bufs, slot_ids, block_w=bw, chunk=ch, num_warps=nw)  # noqa: E731
+            fn = partial(K.launch, bufs, slot_ids, block_w=bw, chunk=ch, num_warps=nw)
             try:
                 ev = event_times_us(fn, max(ARGS.reps // 2, 3 if ARGS.cpu_smoke else 100), ARGS.warmup)
-            except Exception as exc:  # one bad config must not cost the rest of the GPU run
+            except Exception as exc:  # noqa: BLE001 - one bad config must not cost the rest of the GPU run
                 print(f"sweep config BLOCK_W={bw} CHUNK={ch} num_warps={nw} failed: {exc!r}", flush=True)
                 continue
             med = statistics.median(ev)

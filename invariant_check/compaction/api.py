@@ -10,7 +10,7 @@ import torch
 from .reference import compact_rows_reference_
 from .validate import check_row_ids, check_row_values, normalize_buffers, want_value_checks
 
-__all__ = ["compact_rows_", "BACKENDS"]
+__all__ = ["BACKENDS", "compact_rows_"]
 
 BACKENDS = ("auto", "triton", "torch")
 

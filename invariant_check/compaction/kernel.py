@@ -38,7 +38,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["compact_rows_kernel", "launch", "MAX_BUFFERS_PER_LAUNCH", "is_interpreted"]
+__all__ = ["MAX_BUFFERS_PER_LAUNCH", "compact_rows_kernel", "is_interpreted", "launch"]
 
 # The buffer loop is unrolled per buffer; beyond this many buffers a second
 # launch is cheaper than the code growth (models have 1 to a handful).

@@ -9,7 +9,7 @@ from torch import nn
 
 from .api import compact_rows_
 
-__all__ = ["compact_topk_indices_", "find_topk_holders", "find_topk_buffers"]
+__all__ = ["compact_topk_indices_", "find_topk_buffers", "find_topk_holders"]
 
 ATTR = "topk_indices_buffer"
 
@@ -43,9 +43,12 @@ def find_topk_holders(module: nn.Module) -> tuple[object, ...]:
     found: dict[int, object] = {}
 
     def visit(obj: object) -> None:
-        if id(obj) not in found and not isinstance(obj, (torch.Tensor, str, bytes, int, float, bool, type(None))):
-            if _has_attr(obj):
-                found[id(obj)] = obj
+        if (
+            id(obj) not in found
+            and not isinstance(obj, (torch.Tensor, str, bytes, int, float, bool, type(None)))
+            and _has_attr(obj)
+        ):
+            found[id(obj)] = obj
 
     for sub in module.modules():
         visit(sub)

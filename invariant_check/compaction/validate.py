@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
-__all__ = ["DEBUG_ENV", "normalize_buffers", "check_row_ids", "check_row_values", "want_value_checks"]
+__all__ = ["DEBUG_ENV", "check_row_ids", "check_row_values", "normalize_buffers", "want_value_checks"]
 
 DEBUG_ENV = "INVARIANT_CHECK_COMPACTION_DEBUG"
 _INDEX_DTYPES = (torch.int32, torch.int64)

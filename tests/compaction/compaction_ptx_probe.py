@@ -71,17 +71,17 @@ def main(out_dir: str) -> None:
         these = bufs[:1] if name == "band_int32" else bufs
         ptx = compile_ptx(
             kernel.compact_rows_kernel,
-            dict(
-                bufs=these,
-                strides=tuple(b.stride(0) for b in these),
-                widths=tuple(b.shape[1] for b in these),
-                row_ids_ptr=row_ids,
-                rid_stride=row_ids.stride(0),
-                n=row_ids.shape[0],
-                NUM_BUFS=len(these),
-                BLOCK_W=block_w,
-                CHUNK=chunk,
-            ),
+            {
+                "bufs": these,
+                "strides": tuple(b.stride(0) for b in these),
+                "widths": tuple(b.shape[1] for b in these),
+                "row_ids_ptr": row_ids,
+                "rid_stride": row_ids.stride(0),
+                "n": row_ids.shape[0],
+                "NUM_BUFS": len(these),
+                "BLOCK_W": block_w,
+                "CHUNK": chunk,
+            },
             num_warps=num_warps,
         )
         (out / f"{name}.ptx").write_text(ptx)
@@ -92,7 +92,7 @@ def main(out_dir: str) -> None:
     buf = bufs[0]
     ptx = compile_ptx(
         naive.naive_compact_kernel,
-        dict(ptr=buf, stride=buf.stride(0), width=buf.shape[1], row_ids_ptr=row_ids, BLOCK_W=64),
+        {"ptr": buf, "stride": buf.stride(0), "width": buf.shape[1], "row_ids_ptr": row_ids, "BLOCK_W": 64},
     )
     (out / "naive.ptx").write_text(ptx)
     (out / "meta.json").write_text(json.dumps({"triton": triton.__version__, "num_bufs": len(bufs), "tiles": tiles}))

@@ -36,8 +36,8 @@ def _load_by_path(name: str, path: Path):
 @pytest.fixture(scope="module")
 def interp():
     pytest.importorskip("triton")
-    import triton  # noqa: F401
-    import triton.language  # noqa: F401
+    import triton
+    import triton.language
 
     try:
         import triton.experimental.gluon  # noqa: F401

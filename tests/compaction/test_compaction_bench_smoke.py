@@ -20,7 +20,7 @@ def test_bench_script_cpu_smoke():
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     proc = subprocess.run(
         [sys.executable, str(REPO / "bench" / "compaction_gpu.py"), "--cpu-smoke"],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env, capture_output=True, text=True, check=False, timeout=300,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     out = proc.stdout

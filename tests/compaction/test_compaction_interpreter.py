@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from compaction_cases import expected_after, make_buffer, random_row_ids, two_per_request
+
 from invariant_check.compaction import compact_rows_
 
 pytestmark = pytest.mark.usefixtures("interp")

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from compaction_cases import expected_after, make_buffer, two_per_request
 from torch import nn
 
-from compaction_cases import expected_after, make_buffer, two_per_request
 from invariant_check.compaction import compact_topk_indices_, find_topk_buffers
-
 
 
 class Attn(nn.Module):

@@ -60,7 +60,7 @@ def ptx(tmp_path_factory):
     env["TRITON_CACHE_DIR"] = str(out / "cache")
     proc = subprocess.run(
         [sys.executable, str(HERE / "compaction_ptx_probe.py"), str(out)],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env, capture_output=True, text=True, check=False, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {
@@ -73,7 +73,7 @@ def ptx(tmp_path_factory):
 
 
 def test_ptx_targets_sm_90(ptx):
-    assert re.search(r"^\.target\s+sm_90a?\b", ptx["band"], re.M)
+    assert re.search(r"^\.target\s+sm_90a?\b", ptx["band"], re.MULTILINE)
 
 
 @pytest.mark.parametrize("variant", ["band", "band_default", "band_int32"])

@@ -12,7 +12,6 @@ import random
 
 import pytest
 import torch
-
 from compaction_cases import expected_after, make_buffer, random_row_ids, two_per_request
 
 pytestmark = pytest.mark.usefixtures("interp")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from compaction_cases import make_buffer, two_per_request
+
 from invariant_check.compaction import api, compact_rows_
 from invariant_check.compaction.validate import DEBUG_ENV
 
