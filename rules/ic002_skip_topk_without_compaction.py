@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 import libcst as cst
+import libcst.matchers as m
 
 from invariant_check.rule import Rule
 from invariant_check.types import Invalid, Option, Valid
@@ -33,7 +34,7 @@ _PLACEHOLDER = "<token indices sampled in step 0>"
 
 
 def _is_true(arg: cst.Arg) -> bool:
-    return isinstance(arg.value, cst.Name) and arg.value.value == "True"
+    return m.matches(arg.value, m.Name("True"))
 
 
 @dataclass
@@ -114,19 +115,33 @@ class _Sequence(cst.CSTVisitor):
             node.orelse.visit(self)
         return False
 
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-            value = dotted(node.value)
-            if value is not None:
-                self.aliases.setdefault(node.targets[0].target.value, set()).add(value)
+    def _alias(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
+        name = dotted(value) if value is not None else None
+        if isinstance(target, cst.Name) and name is not None:
+            self.aliases.setdefault(target.value, set()).add(name)
 
+    def visit_Assign(self, node: cst.Assign) -> None:
+        if len(node.targets) == 1:
+            self._alias(node.targets[0].target, node.value)
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        self._alias(node.target, node.value)
+
+    # Names of the step-0 token indices, for the hint; attribute and keyword names are not
+    # variables of this function.
     def visit_Name(self, node: cst.Name) -> None:
         if "token_indices" in node.value:
             self.names.add(node.value)
 
-    def visit_Attribute(self, node: cst.Attribute) -> None:
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
         if "token_indices" in node.attr.value and isinstance(node.value, cst.Name):
             self.names.add(f"{node.value.value}.{node.attr.value}")
+        node.value.visit(self)
+        return False
+
+    def visit_Arg(self, node: cst.Arg) -> bool:
+        node.value.visit(self)
+        return False
 
     def canonical(self, name: str) -> str:
         """`self.model.model` for `draft_model` after `draft_model = self.model.model`."""
@@ -203,10 +218,12 @@ class SkipTopkWithoutCompaction(Rule):
 
     ## What it leaves to the runtime guard
     - A switch in a method of a class whose *sibling* method compacts (directly or through
-      helpers of the same module): vLLM's `on_prefill_end` compacts and
-      `on_multi_step_decode_begin` switches, and the order in which a framework calls such
-      hooks is not visible statically. The rule stays silent; the `topk-layout` runtime
-      guard checks the buffer layout when a reusing step runs.
+      helpers), where the sibling is not called by the switching method itself: vLLM's
+      `on_prefill_end` compacts and `on_multi_step_decode_begin` switches, and the order in
+      which a framework calls such hooks is not visible statically. The rule stays silent;
+      the `topk-layout` runtime guard checks the buffer layout when a reusing step runs.
+      (A compacting method that the switching method calls is a helper: its place among the
+      forwards is known, and it is judged like any other call.)
     - A switch whose argument is not the literal `True` (`set_skip_topk(flag)`), and the body
       of `def set_skip_topk` itself, which only delegates.
     - Forwards hidden in helpers not named in `forward-calls` (the window then extends past
@@ -336,6 +353,25 @@ class MTPSpeculator(Speculator):
         if self.share:
             self.model.model.set_skip_topk(True)
 """
+        ),
+        # A sibling hook compacts through a helper of another module.
+        Valid(
+            """
+from .topk import compact_for_reuse
+
+class Speculator:
+    def on_prefill_end(self, num_reqs):
+        compact_for_reuse(self.model.model, self.last_token_indices[:num_reqs])
+
+    def on_decode_begin(self, num_reqs):
+        self.model.model.set_skip_topk(True)
+""",
+            files={
+                "topk.py": """
+def compact_for_reuse(model, rows):
+    model.compact_topk_indices(rows)
+"""
+            },
         ),
         # Local alias of the receiver; the forward is the alias's owner.
         Valid(
@@ -697,10 +733,10 @@ def draft(self, idx):
             else "the next draft step"
         )
         return (
-            f"`{prefix}{self._switch}(True)` makes the following draft steps reuse the shared "
-            f"top-k buffer, but no `{self._compaction}` call (direct or through a helper) "
-            f"compacts it to one row per request between the previous forward and {where}: "
-            f"those steps would read other tokens' top-k indices"
+            f"`{prefix}{self._switch}(True)` makes later draft steps reuse the shared top-k "
+            f"buffer, but no `{self._compaction}` call (direct or via a helper) runs between "
+            f"the forward before it and {where}: those steps would read per-token rows "
+            f"instead of one row per request"
         )
 
     def _hint(self, receiver: cst.CSTNode | None, names: set[str]) -> str:
@@ -769,7 +805,7 @@ def _followable(func: cst.BaseExpression, imported: set[str]) -> bool:
     if isinstance(base, cst.Name):
         return base.value in ("self", "cls") or base.value in imported
     if isinstance(base, cst.Call):
-        return isinstance(base.func, cst.Name) and base.func.value == "super"
+        return m.matches(base.func, m.Name("super"))
     head = dotted(base)
     return head is not None and head.split(".", 1)[0] in imported
 
