@@ -1,0 +1,546 @@
+#!/usr/bin/env python3
+"""How fast `invariant-check lint` is on a real tree, next to a floor and a plain libcst linter.
+
+One run prints one table:
+  - ours, cold (fresh cache folder) and warm (second run, same cache), whole tree;
+  - ours on one file, as pre-commit runs it (a new process, interpreter start included);
+  - peak memory of a cold run;
+  - `ruff check --select E9 --no-cache` on the same tree: the floor for reading every file;
+  - Fixit 2 with two trivial rules equivalent to ours: what a libcst linter costs without
+    prefiltering, caching and one batched traversal (optional: --fixit PATH);
+and the ratios between them. Wall times are medians over --repeat runs; CPU time is user +
+system of the whole process tree, which stays meaningful when other jobs share the cores.
+
+    .venv/bin/python bench/lint_speed.py                      # vLLM 0.33.0 in /tmp/corpus
+    .venv/bin/python bench/lint_speed.py ../shared/corpus/vllm-0.24.0.tar.xz
+    .venv/bin/python bench/lint_speed.py --fixit /tmp/fixit-venv/bin/fixit --fixit-sample 300
+    .venv/bin/python bench/lint_speed.py --per-rule --profile  # where the time goes
+
+Fixit belongs in its own virtualenv (it pins its own libcst), e.g.
+    python3 -m venv /tmp/fixit-venv && /tmp/fixit-venv/bin/pip install 'fixit>=2'
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_TREE = Path("/tmp/corpus/vllm-0.33.0/vllm")
+DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
+DEFAULT_UNPACK = Path("/tmp/corpus")
+# A known IC003 site (README of the corpus) and two clean files of 0.33.0: one that no rule's
+# trigger matches (read, never parsed) and one that is parsed (it calls set_skip_topk).
+FINDING_FILE = Path("/tmp/corpus/vllm-0.24.0/vllm/model_executor/models/deepseek_mtp.py")
+CLEAN_FILES = ("__init__.py", "v1/worker/gpu/spec_decode/mtp/speculator.py")
+SYNTHETIC_FINDING = """\
+import torch.nn as nn
+
+
+class Predictor(nn.Module):
+    def set_skip_topk(self, skip):
+        self.skip = skip
+"""
+
+# Two Fixit rules that do what our rules' per-file part does at its simplest: IC003's class
+# check and the call site IC002 starts from. Deliberately trivial, so Fixit's cost is the
+# framework's (parse every file, metadata, one visitor per rule), not the rules'.
+FIXIT_RULES = '''\
+import libcst as cst
+from fixit import LintRule
+
+
+class SwitchWithoutCompaction(LintRule):
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        names = {s.name.value for s in node.body.body if isinstance(s, cst.FunctionDef)}
+        if "set_skip_topk" in names and "compact_topk_indices" not in names:
+            self.report(node.name, "set_skip_topk without compact_topk_indices")
+
+
+class SkipTopkCall(LintRule):
+    def visit_Call(self, node: cst.Call) -> None:
+        func = node.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "set_skip_topk":
+            self.report(node, "set_skip_topk call")
+'''
+
+# Targets from issue 2, on the 2-core development machine.
+TARGET_COLD_VS_RUFF = 3.0
+TARGET_WARM_S = 0.5
+TARGET_ONE_FILE_S = 0.4
+TARGET_PEAK_MB = 300
+
+
+@dataclass
+class Run:
+    wall: float
+    cpu: float
+    rc: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class Series:
+    runs: list[Run] = field(default_factory=list)
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(r.wall for r in self.runs)
+
+    @property
+    def wall_min(self) -> float:
+        return min(r.wall for r in self.runs)
+
+    @property
+    def cpu(self) -> float:
+        return statistics.median(r.cpu for r in self.runs)
+
+
+def _children_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def run(cmd, cwd=None, env=None, timeout=None) -> Run:
+    # Children's CPU is accounted to us once they are reaped: the difference is this run's.
+    cpu0 = _children_cpu()
+    t0 = time.perf_counter()
+    res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    wall = time.perf_counter() - t0
+    return Run(wall, _children_cpu() - cpu0, res.returncode, res.stdout, res.stderr)
+
+
+def repeat(n: int, make_cmd, **kw) -> Series:
+    s = Series()
+    for i in range(n):
+        cmd = make_cmd(i)
+        s.runs.append(run(cmd, **kw))
+    return s
+
+
+# -- tree -----------------------------------------------------------------------------------------
+
+def _unpack(tarball: Path, dest: Path) -> Path:
+    with tarfile.open(tarball) as tf:
+        top = tf.getmembers()[0].name.split("/")[0]
+        target = dest / top
+        if not target.exists():
+            print(f"unpacking {tarball} -> {dest}", file=sys.stderr)
+            dest.mkdir(parents=True, exist_ok=True)
+            kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tf.extractall(dest, **kw)
+    return target / "vllm" if (target / "vllm").is_dir() else target
+
+
+def resolve_tree(arg: str | None, corpus: Path, unpack_to: Path) -> Path:
+    if arg and re.search(r"\.tar(\.(xz|gz|bz2))?$|\.tgz$", arg):
+        return _unpack(Path(arg), unpack_to)
+    tree = Path(arg) if arg else DEFAULT_TREE
+    if tree.is_dir():
+        return tree
+    # /tmp/corpus/vllm-0.33.0/vllm missing: unpack vllm-0.33.0.tar.xz from the shared corpus.
+    release = tree.parent.name if tree.name == "vllm" else tree.name
+    tarball = corpus / f"{release}.tar.xz"
+    if tarball.is_file():
+        return _unpack(tarball, tree.parent.parent if tree.name == "vllm" else tree.parent)
+    sys.exit(f"no tree at {tree} and no {tarball} to unpack")
+
+
+def py_files(tree: Path) -> list[Path]:
+    return sorted(p for p in tree.rglob("*.py") if p.is_file())
+
+
+# -- memory ---------------------------------------------------------------------------------------
+
+# The dedicated parent: ru_maxrss of RUSAGE_CHILDREN is the largest single process among its
+# reaped descendants (our main process or one parse worker), unpolluted by ruff or Fixit.
+MEM_HELPER = (
+    "import resource, subprocess, sys\n"
+    "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, r.returncode)\n"
+)
+
+
+def _descendants(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+                out += kids
+                todo += kids
+        except OSError:
+            continue
+    return out
+
+
+def _status_kb(pid: int, key: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith(key):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as fh:
+            for line in fh:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def peak_memory(cmd) -> dict:
+    """Largest single process (exact, from the kernel) and the process tree's sum, sampled
+    from /proc every 10 ms: RSS (counts pages that forked workers share with the parent once
+    per process, so an upper bound) and PSS (shares them out, the honest total)."""
+    helper = subprocess.Popen([sys.executable, "-c", MEM_HELPER, *map(str, cmd)], stdout=subprocess.PIPE, text=True)
+    peak_rss = peak_pss = peak_procs = 0
+    while helper.poll() is None:
+        pids = _descendants(helper.pid)
+        peak_rss = max(peak_rss, sum(_status_kb(p, "VmRSS:") for p in pids))
+        peak_pss = max(peak_pss, sum(_pss_kb(p) for p in pids))
+        peak_procs = max(peak_procs, len(pids))
+        time.sleep(0.01)
+    maxrss_kb, rc = helper.stdout.read().split()
+    return {
+        "max_single_mb": int(maxrss_kb) / 1024,
+        "tree_rss_mb": peak_rss / 1024,
+        "tree_pss_mb": peak_pss / 1024,
+        "procs": peak_procs,
+        "rc": int(rc),
+    }
+
+
+# -- helpers --------------------------------------------------------------------------------------
+
+def summary_of(r: Run) -> dict:
+    try:
+        return json.loads(r.stdout)["summary"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+
+
+def version_of(cmd) -> str:
+    try:
+        r = run([*cmd, "--version"])
+        return (r.stdout or r.stderr).strip().splitlines()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+def git_rev() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "invariant_check", "rules"],
+                               cwd=REPO, capture_output=True, text=True).stdout.strip()
+        untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", "invariant_check", "rules"],
+                                   cwd=REPO, capture_output=True, text=True).stdout.strip()
+        return rev + (" + uncommitted changes in invariant_check/ or rules/" if dirty or untracked else "")
+    except OSError:
+        return "?"
+
+
+def fmt_s(x: float | None) -> str:
+    return "-" if x is None else (f"{x:.2f} s" if x < 10 else f"{x:.1f} s")
+
+
+def verdict(ok: bool | None) -> str:
+    return "" if ok is None else ("ok" if ok else "MISSED")
+
+
+def importtime_top(stderr: str, n: int = 10) -> list[tuple[str, float]]:
+    """Top-level imports (those not nested in another) by cumulative microseconds."""
+    tops = []
+    for line in stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+(\d+) \|( *)(\S+)", line)
+        if m and len(m.group(3)) == 1:
+            tops.append((m.group(4), int(m.group(2)) / 1e6))
+    return sorted(tops, key=lambda t: -t[1])[:n]
+
+
+# -- sections -------------------------------------------------------------------------------------
+
+def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> None:
+    print("\n## Where the time goes\n")
+    r = run([sys.executable, "-X", "importtime", exe, "lint", "--no-cache", one_file], cwd=workdir)
+    tops = importtime_top(r.stderr)
+    total = sum(t for _, t in importtime_top(r.stderr, 10_000))
+    print(f"Imports of one `lint <file>` run (python -X importtime): {total:.3f} s in all; largest top-level:")
+    for name, t in tops:
+        print(f"  {t:7.3f} s  {name}")
+
+    # Prefilter hits per rule, without parsing: which rule makes which files be parsed.
+    code = textwrap.dedent(r"""
+        import json, sys, time
+        from pathlib import Path
+        from invariant_check.config import load_config
+        from invariant_check.registry import all_rules
+        tree = Path(sys.argv[1])
+        files = sorted(tree.rglob("*.py"))
+        datas = [(f, f.read_bytes()) for f in files]
+        cfg = load_config(None)
+        out = {}
+        for code, rule in all_rules().items():
+            opts = cfg.rule_options(code)
+            trig = tuple(t.encode() for t in rule.triggers(opts))
+            t0 = time.perf_counter()
+            sub = [(f, d) for f, d in datas if any(t in d for t in trig)]
+            t1 = time.perf_counter()
+            hit = [(f, d) for f, d in sub if rule.may_apply(d, opts)]
+            t2 = time.perf_counter()
+            big = sorted(hit, key=lambda fd: -len(fd[1]))[:3]
+            out[code] = {"triggers": [t.decode() for t in trig], "substring_hits": len(sub),
+                         "hits": len(hit), "hit_mb": sum(len(d) for _, d in hit) / 1e6,
+                         "substring_s": t1 - t0, "may_apply_s": t2 - t1,
+                         "biggest": [f"{f.relative_to(tree)} ({len(d) // 1024} KB)" for f, d in big]}
+        print(json.dumps(out))
+    """)
+    r = run([sys.executable, "-c", code, tree], cwd=workdir)
+    if r.rc == 0:
+        print("\nPrefilter per rule (in one process; files whose bytes contain a trigger, then may_apply):")
+        print(f"  {'rule':6} {'substring hits':>14} {'substr s':>8} {'may_apply s':>11} {'to parse':>8} {'MB':>5}  triggers / biggest")
+        for c, d in json.loads(r.stdout).items():
+            print(f"  {c:6} {d['substring_hits']:>14} {d['substring_s']:>8.3f} {d['may_apply_s']:>11.3f} {d['hits']:>8} {d['hit_mb']:>5.2f}  "
+                  f"{d['triggers']}")
+            for b in d["biggest"]:
+                print(f"  {'':>57}{b}")
+    else:
+        print("prefilter breakdown failed:\n" + r.stderr[-2000:])
+
+    # cProfile of a cold single-process run: shares, since the profiler inflates Python code.
+    prof = workdir / "cold.prof"
+    r = run([sys.executable, "-m", "cProfile", "-o", prof, exe, "lint", "--no-cache", "-j", "1", "--format", "json", tree], cwd=workdir)
+    if not prof.exists():
+        print("cProfile run failed:\n" + r.stderr[-2000:])
+        return
+    import pstats
+
+    st = pstats.Stats(str(prof))
+    total = st.total_tt
+    rows: dict[str, float] = {}
+    per_rule_own: dict[str, float] = {}
+    for (filename, _line, func), (_cc, _nc, tt, ct, _callers) in st.stats.items():
+        key = None
+        if filename.endswith("invariant_check/discovery.py") and func == "discover":
+            key = "discover files"
+        elif filename.endswith("invariant_check/engine.py") and func in ("_scan", "_parse_wanted", "_finish", "_contains_any", "_facts", "_run_tasks"):
+            key = f"engine.{func}"
+        elif filename.endswith("invariant_check/cache.py") and func in ("load", "save"):
+            key = f"cache.{func}"
+        elif filename.endswith("libcst/_parser/entrypoints.py") and func == "_parse":
+            key = "libcst parse"
+        elif filename.endswith("libcst/metadata/wrapper.py") and func in ("visit_batched", "resolve"):
+            key = f"libcst {func} (rules' traversal)" if func == "visit_batched" else "libcst metadata resolve"
+        elif "may_apply" in func:
+            key = f"may_apply ({Path(filename).stem[:5]})"
+        if key:
+            rows[key] = rows.get(key, 0.0) + ct
+        m = re.search(r"/rules/(ic\d+)", filename)
+        if m:
+            per_rule_own[m.group(1).upper()] = per_rule_own.get(m.group(1).upper(), 0.0) + tt
+    print(f"\ncProfile, cold run, one process, no cache: {total:.1f} s under the profiler (shares are what count):")
+    for k, v in sorted(rows.items(), key=lambda kv: -kv[1]):
+        print(f"  {100 * v / total:5.1f} %  {v:7.2f} s  {k}")
+    if per_rule_own:
+        print("  own code of each rule (tottime, excluding libcst's traversal):")
+        for k, v in sorted(per_rule_own.items()):
+            print(f"  {100 * v / total:5.1f} %  {v:7.2f} s  {k}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("tree", nargs="?", help=f"folder or .tar.xz to lint [default: {DEFAULT_TREE}, unpacked from the corpus if missing]")
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS, help="where the vllm-*.tar.xz live [%(default)s]")
+    ap.add_argument("--unpack-to", type=Path, default=DEFAULT_UNPACK, help="where tarballs are unpacked [%(default)s]")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement; the median is shown [%(default)s]")
+    ap.add_argument("--invariant-check", type=Path, help="our executable [default: beside this Python, else on PATH]")
+    ap.add_argument("--ruff", type=Path, help="ruff executable [default: beside this Python, else on PATH]")
+    ap.add_argument("--fixit", type=Path, help="Fixit 2 executable, from its own venv; skipped when absent")
+    ap.add_argument("--fixit-sample", type=int, default=0, metavar="N",
+                    help="lint only N files spread over the tree with Fixit and extrapolate by bytes (0: the whole tree)")
+    ap.add_argument("--one-file", type=Path, action="append", help="file(s) for the pre-commit measurement [default: a known IC003 site and two clean files]")
+    ap.add_argument("--per-rule", action="store_true", help="also: a cold run per rule (--select), to see which rule costs what")
+    ap.add_argument("--profile", action="store_true", help="also: import times, prefilter hits per rule, cProfile shares of a cold run")
+    ap.add_argument("--jobs", "-j", type=int, help="passed to our linter")
+    args = ap.parse_args()
+
+    tree = resolve_tree(args.tree, args.corpus, args.unpack_to).resolve()
+    here = Path(sys.executable).parent
+    ours = args.invariant_check or (here / "invariant-check" if (here / "invariant-check").exists() else shutil.which("invariant-check"))
+    ruff = args.ruff or (here / "ruff" if (here / "ruff").exists() else shutil.which("ruff"))
+    if not ours:
+        sys.exit("invariant-check not found: install the project (pip install -e .) or pass --invariant-check")
+    jobs = ["-j", str(args.jobs)] if args.jobs else []
+    files = py_files(tree)
+    total_bytes = sum(f.stat().st_size for f in files)
+
+    work = Path(tempfile.mkdtemp(prefix="ic-bench-"))
+    env = dict(os.environ, NO_COLOR="1")
+    env.pop("INVARIANT_CHECK_CACHE_DIR", None)
+    try:
+        # Read every file once first, so that every tool below finds them in the OS page cache.
+        t0 = time.perf_counter()
+        for f in files:
+            f.read_bytes()
+        read_all = time.perf_counter() - t0
+        load0 = os.getloadavg()
+
+        rows = []  # (what, wall, wall_min, cpu, target, ok)
+        ruff_s = None
+        if ruff:
+            ruff_series = repeat(args.repeat, lambda i: [ruff, "check", "--select", "E9", "--no-cache", "--quiet", tree], cwd=work, env=env)
+            ruff_s = ruff_series.wall
+            rows.append(("ruff check --select E9 --no-cache (floor)", ruff_series, "", None))
+
+        def lint_cmd(cache: Path | None, *extra):
+            cache_args = ["--cache-dir", cache] if cache else ["--no-cache"]
+            return [ours, "lint", *cache_args, *jobs, "--format", "json", *extra, tree]
+
+        cold = repeat(args.repeat, lambda i: lint_cmd(work / f"cache-cold-{i}"), cwd=work, env=env)
+        warm_cache = work / "cache-cold-0"
+        warm = repeat(args.repeat, lambda i: lint_cmd(warm_cache), cwd=work, env=env)
+        nocache = repeat(1, lambda i: lint_cmd(None), cwd=work, env=env)
+        cold_sum, warm_sum = summary_of(cold.runs[0]), summary_of(warm.runs[0])
+        rc_note = {r.rc for r in cold.runs + warm.runs}
+        cold_target = TARGET_COLD_VS_RUFF * ruff_s if ruff_s else None
+        rows.append(("ours, cold (fresh cache folder)", cold, f"< {TARGET_COLD_VS_RUFF:g} x ruff = {fmt_s(cold_target)}",
+                     cold.wall <= cold_target if cold_target else None))
+        rows.append(("ours, warm (same cache, second run)", warm, f"< {TARGET_WARM_S} s", warm.wall < TARGET_WARM_S))
+        rows.append(("ours, --no-cache", nocache, "", None))
+
+        # One file as pre-commit runs it: a new process per commit, interpreter start included.
+        one_files: list[tuple[str, Path]] = []
+        if args.one_file:
+            one_files = [(f"file {p.name}", p.resolve()) for p in args.one_file]
+        else:
+            finding = FINDING_FILE
+            if not finding.is_file():
+                finding = work / "predictor.py"
+                finding.write_text(SYNTHETIC_FINDING)
+            one_files.append(("1 file with a finding (IC003)", finding))
+            for rel in CLEAN_FILES:
+                if (tree / rel).is_file():
+                    one_files.append((f"1 clean file: {rel}", tree / rel))
+        one_rows = []
+        for label, path in one_files:
+            s_cold = repeat(args.repeat, lambda i: [ours, "lint", "--cache-dir", work / f"one-{path.name}-{i}", path], cwd=path.parent, env=env)
+            s_warm = repeat(args.repeat, lambda i: [ours, "lint", "--cache-dir", work / f"one-{path.name}-0", path], cwd=path.parent, env=env)
+            one_rows.append((label, path, s_cold, s_warm))
+        for label, path, s_cold, s_warm in one_rows:
+            rows.append((f"{label}, cold cache (rc {s_cold.runs[0].rc})", s_cold, f"< {TARGET_ONE_FILE_S} s", s_cold.wall < TARGET_ONE_FILE_S))
+            rows.append((f"{label}, warm cache", s_warm, f"< {TARGET_ONE_FILE_S} s", s_warm.wall < TARGET_ONE_FILE_S))
+        baseline = repeat(args.repeat, lambda i: [sys.executable, "-c", "pass"], cwd=work)
+        imports = repeat(args.repeat, lambda i: [sys.executable, "-c", "import libcst, click"], cwd=work)
+        cli_import = repeat(args.repeat, lambda i: [sys.executable, "-c", "import invariant_check.cli"], cwd=work)
+        rows.append(("  for reference: python -c pass", baseline, "", None))
+        rows.append(("  for reference: python -c 'import libcst, click'", imports, "", None))
+        rows.append(("  for reference: python -c 'import invariant_check.cli'", cli_import, "", None))
+
+        mem = peak_memory(lint_cmd(work / "cache-mem"))
+
+        fixit_note = None
+        fixit_s = None
+        if args.fixit:
+            if not args.fixit.exists():
+                fixit_note = f"Fixit: skipped, {args.fixit} does not exist"
+            else:
+                (work / "fixit").mkdir()
+                (work / "fixit" / "bench_rules.py").write_text(FIXIT_RULES)
+                if args.fixit_sample and args.fixit_sample < len(files):
+                    step = len(files) / args.fixit_sample
+                    sample = [files[int(i * step)] for i in range(args.fixit_sample)]
+                    sample_bytes = sum(f.stat().st_size for f in sample)
+                    r = run([args.fixit, "--rules", ".bench_rules", "lint", *sample], cwd=work / "fixit", env=env)
+                    fixit_s = r.wall * total_bytes / sample_bytes
+                    label = (f"Fixit 2, 2 trivial rules: EXTRAPOLATED from {len(sample)} files "
+                             f"({100 * sample_bytes / total_bytes:.0f} % of the bytes; measured {fmt_s(r.wall)})")
+                    est = Series([Run(fixit_s, r.cpu * total_bytes / sample_bytes, r.rc, "", "")])
+                else:
+                    r = run([args.fixit, "--rules", ".bench_rules", "lint", tree], cwd=work / "fixit", env=env)
+                    fixit_s = r.wall
+                    label = "Fixit 2, 2 trivial rules, whole tree"
+                    est = Series([r])
+                if r.rc not in (0, 1):
+                    fixit_note = f"Fixit exited {r.rc}: {r.stderr[-500:]}"
+                rows.append((label, est, "", None))
+        else:
+            fixit_note = "Fixit: skipped (pass --fixit PATH to a Fixit 2 executable in its own venv)"
+
+        per_rule = []
+        if args.per_rule:
+            listed = run([ours, "rules", "--format", "json"], cwd=work, env=env)
+            for rule in json.loads(listed.stdout):
+                s = repeat(1, lambda i: lint_cmd(work / f"cache-{rule['code']}", "--select", rule["code"]), cwd=work, env=env)
+                per_rule.append((rule["code"], s, summary_of(s.runs[0])))
+
+        load1 = os.getloadavg()
+
+        # -- report ------------------------------------------------------------------------------
+        print("# invariant-check lint speed\n")
+        print(f"- tree: {tree} ({len(files)} .py files, {total_bytes / 1e6:.1f} MB)")
+        print(f"- invariant-check {version_of([ours])} at git {git_rev()}; {version_of([ruff]) if ruff else 'ruff: not found'}"
+              + (f"; {version_of([args.fixit])}" if args.fixit and args.fixit.exists() else ""))
+        print(f"- {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
+              f"load average {load0[0]:.2f} before / {load1[0]:.2f} after; {args.repeat} runs each, median shown")
+        print(f"- reading every file in this process: {read_all:.2f} s (cold OS cache at most); all tools then find them in the OS cache")
+        print(f"- files checked / parsed: cold {cold_sum.get('files_checked', '?')} / {cold_sum.get('files_parsed', '?')}, "
+              f"warm {warm_sum.get('files_checked', '?')} / {warm_sum.get('files_parsed', '?')}; exit codes {sorted(rc_note)}"
+              f"; findings {cold_sum.get('findings', '?')}, errors {cold_sum.get('errors', '?')}")
+        print()
+        w = max(len(r[0]) for r in rows)
+        print(f"| {'what':<{w}} | {'wall (median)':>13} | {'wall (min)':>10} | {'CPU':>8} | target | |")
+        print(f"|{'-' * (w + 2)}|{'-' * 15}|{'-' * 12}|{'-' * 10}|---|---|")
+        for what, s, target, ok in rows:
+            print(f"| {what:<{w}} | {fmt_s(s.wall):>13} | {fmt_s(s.wall_min):>10} | {fmt_s(s.cpu):>8} | {target} | {verdict(ok)} |")
+        print()
+        ok_mem = mem["tree_pss_mb"] < TARGET_PEAK_MB and mem["max_single_mb"] < TARGET_PEAK_MB
+        print(f"Peak memory of a cold run (target < {TARGET_PEAK_MB} MB): {verdict(ok_mem)}")
+        print(f"- largest single process: {mem['max_single_mb']:.0f} MB (ru_maxrss of RUSAGE_CHILDREN in a dedicated parent; exact)")
+        print(f"- whole process tree, up to {mem['procs']} processes, sampled every 10 ms: "
+              f"PSS {mem['tree_pss_mb']:.0f} MB (shared pages split between processes), "
+              f"RSS sum {mem['tree_rss_mb']:.0f} MB (counts pages shared by forked workers once per process)")
+        print()
+        print("Ratios:")
+        if ruff_s:
+            print(f"- ours cold / ruff: {cold.wall / ruff_s:.1f} x (target <= {TARGET_COLD_VS_RUFF:g} x); ours warm / ruff: {warm.wall / ruff_s:.2f} x")
+        if fixit_s:
+            print(f"- Fixit / ours cold: {fixit_s / cold.wall:.0f} x; Fixit / ours warm: {fixit_s / warm.wall:.0f} x")
+        if fixit_note:
+            print(f"- {fixit_note}")
+        if per_rule:
+            print("\nOne cold run per rule (--select):")
+            for code, s, summ in per_rule:
+                print(f"- {code}: {fmt_s(s.wall)} wall, {fmt_s(s.cpu)} CPU, {summ.get('files_parsed', '?')} files parsed")
+        if args.profile:
+            profile_section(ours, tree, one_files[0][1], work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
