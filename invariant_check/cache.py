@@ -18,7 +18,7 @@ from typing import Any
 
 from . import __version__
 
-FORMAT = 1
+FORMAT = 2  # 2: per-file results are keyed by path inside each content entry
 
 
 def config_key(rule_codes: list[str], options: dict[str, Any], extra: Any = None) -> str:
@@ -45,10 +45,17 @@ class Cache:
         try:
             with self.file.open("rb") as fh:
                 data = json.load(fh)
-            if data.get("format") == FORMAT:
-                self.stat_memo = data["stat"]
-                self.entries = data["entries"]
-        except (OSError, ValueError, KeyError, TypeError):
+            if isinstance(data, dict) and data.get("format") == FORMAT:
+                stat, entries = data["stat"], data["entries"]
+                if isinstance(stat, dict) and isinstance(entries, dict):
+                    # Entries of the wrong shape are dropped one by one, not trusted.
+                    self.entries = {d: e for d, e in entries.items() if isinstance(e, dict)}
+                    self.stat_memo = {
+                        p: m
+                        for p, m in stat.items()
+                        if isinstance(m, list) and len(m) == 3 and isinstance(m[2], str)
+                    }
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             # A missing or damaged cache is an empty one.
             self.stat_memo, self.entries = {}, {}
 

@@ -43,8 +43,33 @@ def main() -> None:
 @click.option("--warn-unused-ignores", is_flag=True, help="Report suppression comments that suppress nothing (IC900).")
 @click.option("--show-source/--no-show-source", default=None, help="Print the source line with a caret [default: on for terminals].")
 @click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every file (for testing the prefilter).")
-def lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, show_source, no_prefilter):
+def lint(**kwargs):
     """Lint PATHS (files or folders; default: the current folder)."""
+    try:
+        _lint(**kwargs)
+    except (SystemExit, KeyboardInterrupt, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        raise
+    except BrokenPipeError:
+        # `invariant-check lint | head`: the reader left; say nothing more.
+        _quiet_stdout()
+        sys.exit(EXIT_ERROR)
+    except Exception as exc:
+        if os.environ.get("INVARIANT_CHECK_DEBUG"):
+            raise
+        # Never a traceback: one line, exit 2 (set INVARIANT_CHECK_DEBUG=1 for the traceback).
+        detail = " ".join(str(exc).split())
+        _fail(f"internal error: {type(exc).__name__}" + (f": {detail}" if detail else ""))
+
+
+def _quiet_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, show_source, no_prefilter):
     from .config import DEFAULT_EXCLUDES, ConfigError, check_codes, find_config, load_config
     from .discovery import discover
     from .registry import all_rules
@@ -153,7 +178,7 @@ def _add_runtime_commands() -> None:
     # The guard commands import vLLM lazily inside their bodies; defining them here is cheap.
     try:
         from .runtime_guards.commands import guards_command, report_command
-    except ImportError:
+    except Exception:  # a broken optional part must not take `lint` down with it
         return
     main.add_command(guards_command, "guards")
     main.add_command(report_command, "report")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,24 +77,32 @@ class Config:
 
 def find_config(paths: list[Path]) -> Path | None:
     """The nearest pyproject.toml with a [tool.invariant-check] table above the paths."""
-    resolved = [p.resolve() for p in paths] or [Path.cwd().resolve()]
+    # os.path.realpath, not Path.resolve: the latter raises on a symlink loop before 3.13,
+    # and a looping path is reported by discovery, not here.
+    resolved = [Path(os.path.realpath(p)) for p in paths] or [Path(os.path.realpath(os.getcwd()))]
     start = Path(_common_dir(resolved))
     for folder in [start, *start.parents]:
         candidate = folder / "pyproject.toml"
         if candidate.is_file():
             try:
-                with candidate.open("rb") as fh:
-                    data = tomllib.load(fh)
-            except (OSError, tomllib.TOMLDecodeError):
+                raw = candidate.read_bytes()
+            except OSError:
                 continue
-            if TABLE in data.get("tool", {}):
+            try:
+                data = tomllib.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+                # A broken file that is meant to configure us must not be skipped silently:
+                # load_config reports it.
+                if TABLE.encode() in raw:
+                    return candidate
+                continue
+            tool = data.get("tool")
+            if isinstance(tool, dict) and TABLE in tool:
                 return candidate
     return None
 
 
 def _common_dir(paths: list[Path]) -> str:
-    import os
-
     dirs = [str(p if p.is_dir() else p.parent) for p in paths]
     try:
         return os.path.commonpath(dirs)
@@ -109,9 +118,15 @@ def load_config(path: Path | None, *, fallback_root: Path | None = None) -> Conf
             data = tomllib.load(fh)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    table = data.get("tool", {}).get(TABLE, {}) if path.name == "pyproject.toml" else data
+    if path.name == "pyproject.toml":
+        tool = data.get("tool", {})
+        if not isinstance(tool, dict):
+            raise ConfigError(f"{path}: [tool] must be a table")
+        table = tool.get(TABLE, {})
+    else:
+        table = data
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.{TABLE}] must be a table")
     return parse_table(table, path)
@@ -156,7 +171,8 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
             raise ConfigError(f"{where}: cache-dir must be a string")
         cfg.cache_dir = (cfg.root / table["cache-dir"]).resolve()
     if "jobs" in table:
-        if not isinstance(table["jobs"], int) or table["jobs"] < 1:
+        jobs = table["jobs"]
+        if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
             raise ConfigError(f"{where}: jobs must be a positive integer")
         cfg.jobs = table["jobs"]
     return cfg

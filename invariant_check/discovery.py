@@ -129,5 +129,6 @@ def _walk(top, root, user, default, add, out, cwd) -> None:
                         FileError(display_path(p, cwd), "cannot open: broken or looping symbolic link")
                     )
             except OSError as exc:
-                out.errors.append(FileError(display_path(p, cwd), f"cannot open: {exc.strerror or exc}"))
+                reason = "symbolic link loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
+                out.errors.append(FileError(display_path(p, cwd), f"cannot open: {reason}"))
         stack.extend(reversed(subdirs))

@@ -3,12 +3,14 @@ cross-file finalize, suppressions. No output formatting here."""
 
 from __future__ import annotations
 
+import ast
 import fnmatch
 import multiprocessing
 import os
 import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -76,6 +78,7 @@ class Engine:
         self._triggers = {
             r.CODE: tuple(t.encode() for t in r.triggers(options[r.CODE])) for r in rules
         }
+        self.pool_warning: str | None = None
         self._fact_triggers = {
             r.CODE: tuple(t.encode() for t in r.fact_triggers(options[r.CODE])) for r in rules
         }
@@ -118,6 +121,8 @@ class Engine:
                 break
 
         self._finish(states, facts, result)
+        if self.pool_warning:
+            result.warnings.append(self.pool_warning)
         if self.cache is not None:
             live = {s.digest for s in states if s.digest}
             err = self.cache.save(live)
@@ -134,10 +139,10 @@ class Engine:
             cached = self.cache.digest_for(str(s.path), st) if self.cache else None
             if cached is not None:
                 entry = self.cache.entries[cached]
-                if "m" in entry:
+                if isinstance(entry.get("m"), list) and isinstance(entry.get("w"), bool):
                     s.digest = cached
                     s.report_rules = set(entry["m"])
-                    s.has_marker = entry.get("s", False)
+                    s.has_marker = bool(entry.get("s", False))
                     s.wanted = entry["w"] or not self.prefilter
                     if entry.get("skip"):
                         s.wanted = False
@@ -176,7 +181,9 @@ class Engine:
     def _contains_any(self, s: _FileState, names: set[bytes], pattern: re.Pattern[bytes]) -> bool:
         """Whether the file holds any of `names`; one regex pass per round, memoised by hash."""
         entry = self.cache.entry(s.digest) if (self.cache and s.digest) else None
-        known = entry.setdefault("x", {}) if entry is not None else {}
+        if entry is not None and not isinstance(entry.get("x"), dict):
+            entry["x"] = {}
+        known = entry["x"] if entry is not None else {}
         if any(n.decode() not in known for n in names):
             data = s.source if s.source is not None else _read(s.path)
             if data is None:
@@ -194,9 +201,9 @@ class Engine:
         for s in states:
             if not s.wanted or s.result is not None:
                 continue
-            entry = self.cache.entries.get(s.digest) if (self.cache and s.digest) else None
-            if entry is not None and "r" in entry:
-                s.result = FileResult.from_json(entry["r"])
+            cached = self._cached_result(s)
+            if cached is not None:
+                s.result = cached
                 result.cache_hits += 1
             else:
                 todo.append(s)
@@ -212,14 +219,45 @@ class Engine:
             if file_digest is not None:
                 s.digest = file_digest
             if self.cache is not None and s.digest and res.error is None:
-                self.cache.entry(s.digest)["r"] = res.to_json()
+                # Keyed by path as well as content: findings carry their path, and two files
+                # with the same bytes (copies, empty __init__.py) must not share them.
+                entry = self.cache.entry(s.digest)
+                if not isinstance(entry.get("r"), dict):
+                    entry["r"] = {}
+                entry["r"][s.shown] = res.to_json()
                 self.cache.dirty = True
+
+    def _cached_result(self, s: _FileState) -> FileResult | None:
+        if self.cache is None or not s.digest:
+            return None
+        entry = self.cache.entries.get(s.digest)
+        if not isinstance(entry, dict) or not isinstance(entry.get("r"), dict):
+            return None
+        raw = entry["r"].get(s.shown)
+        if raw is None:
+            return None
+        try:
+            return FileResult.from_json(raw)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None  # a damaged entry is a miss
 
     def _run_tasks(self, tasks):
         jobs = min(self.jobs, len(tasks))
         if jobs <= 1 or len(tasks) < PARALLEL_MIN_FILES:
-            _init_worker(self.rules, self.options)
-            return [_work(t) for t in tasks]
+            return self._run_serial(tasks)
+        try:
+            return self._run_pool(tasks, jobs)
+        except (OSError, BrokenProcessPool) as exc:
+            # No worker processes here (sandbox, no /dev/shm) or one died (a parser crash in
+            # native code): the serial path still lints every file.
+            self.pool_warning = f"parallel linting failed ({type(exc).__name__}: {exc}); ran serially"
+            return self._run_serial(tasks)
+
+    def _run_serial(self, tasks):
+        _init_worker(self.rules, self.options)
+        return [_work(t) for t in tasks]
+
+    def _run_pool(self, tasks, jobs):
         # Biggest files first so that no worker is left with a long tail.
         order = sorted(range(len(tasks)), key=lambda i: -(len(tasks[i][2] or b"") or 1))
         ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
@@ -287,8 +325,8 @@ class Engine:
         if self.warn_unused_ignores:
             enabled = set(self.codes)
             for s in states:
-                if not s.has_marker:
-                    continue
+                if not s.has_marker or sups_for(s.shown).skip_file:
+                    continue  # a skipped file's comments had no chance to be used
                 for sup in sups_for(s.shown).all():
                     if sup.used:
                         continue
@@ -352,17 +390,41 @@ def _work(task: tuple[str, str, bytes | None]) -> tuple[str | None, FileResult]:
     return digest(data), lint_source(shown, data, _WORKER["rules"], _WORKER["options"])
 
 
+# CPython's own parser refuses these before libcst's native parser would exhaust the C stack
+# (a segfault, not an exception: `x = ((((...` 2000 deep kills the process).
+_TOO_DEEP = ("too many nested", "too complex", "too many levels of indentation", "nested too deeply")
+
+
+def _cpython_check(data: bytes) -> SyntaxError | str | None:
+    """CPython's verdict: None (parses), its SyntaxError, or a reason the file is too deep.
+
+    Costs a tenth of a libcst parse. Its SyntaxError only names the position for a file libcst
+    rejects too: CPython may be older than the linted code's syntax.
+    """
+    try:
+        compile(data, "<lint>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except (MemoryError, RecursionError):
+        return "nesting too deep"
+    except SyntaxError as exc:
+        if any(marker in str(exc.msg) for marker in _TOO_DEEP):
+            return f"nesting too deep ({exc.msg})"
+        return exc
+    except Exception:  # NUL bytes (ValueError before 3.12) and the like: libcst decides
+        return None
+    return None
+
+
 def lint_source(
     shown: str, data: bytes, rules: list[type[Rule]], options: dict[str, dict[str, Any]]
 ) -> FileResult:
     """Parse once, run every rule in one batched traversal; never raises."""
+    verdict = _cpython_check(data)
+    if isinstance(verdict, str):
+        return FileResult(error=FileError(shown, f"cannot parse: {verdict}"))
     try:
         module = cst.parse_module(data)
     except cst.ParserSyntaxError as exc:
-        first = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
-        return FileResult(
-            error=FileError(shown, f"syntax error: {first}", exc.raw_line, exc.raw_column + 1)
-        )
+        return FileResult(error=_syntax_error(shown, exc, verdict))
     except UnicodeDecodeError as exc:
         return FileResult(
             error=FileError(shown, f"cannot decode: not valid {exc.encoding} (byte {exc.start})")
@@ -371,16 +433,35 @@ def lint_source(
         return FileResult(error=FileError(shown, f"cannot decode: {exc}"))
     except RecursionError:
         return FileResult(error=FileError(shown, "cannot parse: nesting too deep"))
-    except Exception as exc:  # a parser bug must not stop the other files
-        return FileResult(error=FileError(shown, f"cannot parse: {type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # a parser bug must not stop the other files
+        # pyo3's PanicException (a panic in libcst's native parser) derives from BaseException.
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        return FileResult(error=FileError(shown, f"cannot parse: {_one_line(exc)}"))
     try:
         return _visit(shown, module, rules, options)
     except RecursionError:
         return FileResult(error=FileError(shown, "cannot lint: nesting too deep"))
-    except Exception as exc:
-        return FileResult(
-            error=FileError(shown, f"internal error in a rule: {type(exc).__name__}: {exc}")
-        )
+    except BaseException as exc:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+            raise
+        return FileResult(error=FileError(shown, f"internal error in a rule: {_one_line(exc)}"))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _syntax_error(shown: str, exc: cst.ParserSyntaxError, cpython: SyntaxError | None) -> FileError:
+    # libcst's native parser often points at the token after the error (or column 0);
+    # CPython's position and wording are the ones users know ("Missing parentheses in call
+    # to 'print'" for Python 2 files), so they win when CPython rejects the file too.
+    if isinstance(cpython, SyntaxError) and cpython.lineno:
+        msg = " ".join(str(cpython.msg).split()) or "invalid syntax"
+        return FileError(shown, f"syntax error: {msg}", cpython.lineno, max(1, cpython.offset or 1))
+    first = " ".join(str(exc.message).split()) if exc.message else "invalid syntax"
+    return FileError(shown, f"syntax error: {first}", exc.raw_line, exc.raw_column + 1)
 
 
 def _visit(shown, module, rules, options) -> FileResult:
@@ -418,6 +499,10 @@ def _statement_line(node, parents, positions) -> int:
     cur = node
     while cur is not None:
         if isinstance(cur, (cst.SimpleStatementLine, cst.BaseCompoundStatement)):
+            # A decorated def/class starts at its first decorator, where a comment may sit.
+            decorators = getattr(cur, "decorators", ())
+            if decorators:
+                return positions[decorators[0]].start.line
             return positions[cur].start.line
         cur = parents.get(cur)
     return positions[node].start.line

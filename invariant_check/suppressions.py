@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 MARKER = b"invariant-check:"
 COMMENT_RE = re.compile(
-    r"#\s*invariant-check:\s*(?P<kind>ignore|skip-file)\b(?:\[(?P<codes>[^\]]*)\])?"
+    # `ignore [IC001]` (a space before the bracket) names codes too; read as a bare `ignore`
+    # it would silence every rule on the line.
+    r"#\s*invariant-check:\s*(?P<kind>ignore|skip-file)\b(?:\s*\[(?P<codes>[^\]]*)\])?"
 )
 
 
@@ -60,7 +62,7 @@ def parse(source: bytes | str) -> FileSuppressions:
     if isinstance(source, bytes):
         if MARKER not in source:
             return FileSuppressions(False, {})
-        text = source.decode("utf-8", errors="replace")
+        text = source.decode("utf-8-sig", errors="replace")  # a BOM is not code
     else:
         if MARKER.decode() not in source:
             return FileSuppressions(False, {})

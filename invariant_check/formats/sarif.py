@@ -3,8 +3,40 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import PurePosixPath
+from urllib.parse import quote
 
 from .. import __version__
+
+UNUSED_SUPPRESSION_RULE = {
+    "id": "IC900",
+    "name": "unused-suppression",
+    "shortDescription": {"text": "A suppression comment that suppresses nothing."},
+    "fullDescription": {
+        "text": "Reported with --warn-unused-ignores: an `# invariant-check: ignore` comment "
+        "on a line where no enabled rule reports anything."
+    },
+    "help": {"text": "Remove the comment, or move it to the line of the finding."},
+    "defaultConfiguration": {"level": "warning"},
+}
+
+
+def _uri(path: str) -> dict:
+    """A relative path stays relative to %SRCROOT% (what code scanning maps onto the checkout);
+    an absolute one becomes a file:// URI. Either is percent-encoded."""
+    if path.startswith("/"):
+        return {"uri": PurePosixPath(path).as_uri()}
+    return {"uri": quote(path, safe="/"), "uriBaseId": "%SRCROOT%"}
+
+
+def _full_description(doc: str, fallback: str) -> str:
+    # The first prose paragraph: markdown headings ("## What it does") are not a description.
+    for para in doc.split("\n\n"):
+        text = "\n".join(l for l in para.splitlines() if not re.match(r"\s*#", l)).strip()
+        if text and not text.startswith("```"):
+            return " ".join(text.split())
+    return fallback
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
@@ -15,7 +47,7 @@ def _rule_descriptor(rule) -> dict:
         "id": rule.CODE,
         "name": rule.NAME,
         "shortDescription": {"text": rule.SUMMARY},
-        "fullDescription": {"text": doc.split("\n\n")[0].strip() or rule.SUMMARY},
+        "fullDescription": {"text": _full_description(doc, rule.SUMMARY)},
         "help": {"text": doc, "markdown": doc},
         "defaultConfiguration": {"level": "error"},
         "properties": {"tags": ["correctness", "speculative-decoding"]},
@@ -24,17 +56,19 @@ def _rule_descriptor(rule) -> dict:
 
 def render(result, rules, **_) -> str:
     descriptors = [_rule_descriptor(r) for r in rules]
-    index = {r.CODE: i for i, r in enumerate(rules)}
+    if any(f.rule == UNUSED_SUPPRESSION_RULE["id"] for f in result.findings):
+        descriptors.append(UNUSED_SUPPRESSION_RULE)
+    index = {d["id"]: i for i, d in enumerate(descriptors)}
     results = []
     for f in result.findings:
         res = {
             "ruleId": f.rule,
-            "level": "error",
+            "level": "warning" if f.rule == UNUSED_SUPPRESSION_RULE["id"] else "error",
             "message": {"text": f.message + (f"\nHint: {f.hint}" if f.hint else "")},
             "locations": [
                 {
                     "physicalLocation": {
-                        "artifactLocation": {"uri": f.path, "uriBaseId": "%SRCROOT%"},
+                        "artifactLocation": _uri(f.path),
                         "region": {
                             "startLine": f.line,
                             "startColumn": f.column,
@@ -53,7 +87,7 @@ def render(result, rules, **_) -> str:
             "level": "error",
             "message": {"text": e.message},
             "locations": [
-                {"physicalLocation": {"artifactLocation": {"uri": e.path, "uriBaseId": "%SRCROOT%"}}}
+                {"physicalLocation": {"artifactLocation": _uri(e.path)}}
             ],
         }
         for e in result.errors

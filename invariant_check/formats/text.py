@@ -9,7 +9,7 @@ def _source_line(path: str, line: int, cache: dict) -> str | None:
     if path not in cache:
         try:
             with open(path, "rb") as fh:
-                cache[path] = fh.read().decode("utf-8", errors="replace").splitlines()
+                cache[path] = fh.read().decode("utf-8-sig", errors="replace").splitlines()
         except OSError:
             cache[path] = []
     lines = cache[path]
