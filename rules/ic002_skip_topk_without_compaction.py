@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import libcst as cst
 import libcst.matchers as m
@@ -697,7 +698,7 @@ def draft(self, idx):
                 continue
             exact = {dotted(receiver), seq.canonical(dotted(receiver) or "")} - {None, ""}
 
-            def followed(path: set[int]) -> set[str]:
+            def followed(path: set[int], exact: set[str] = exact) -> set[str]:
                 return {
                     names[i]
                     for i in path

@@ -21,7 +21,7 @@ HERE = Path(__file__).resolve().parent / "mutation_fixtures"
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-import mutations as M  # noqa: E402
+import mutations as M
 
 RULES = sorted({"IC001", "IC002"} & set(all_rules()))
 

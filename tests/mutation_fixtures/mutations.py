@@ -13,9 +13,9 @@ for one rule. Rewrites are libcst transformations of the fixture's main module:
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import libcst as cst
 import libcst.matchers as m
