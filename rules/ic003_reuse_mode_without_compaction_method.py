@@ -169,7 +169,8 @@ class Predictor(nn.Module):
 
     def __init__(self, context) -> None:
         super().__init__(context)
-        self.facts = {}  # class name -> [bases, defines compaction]
+        # classes: name -> [[bases, defines compaction]]; wanted: bases of reported classes
+        self.facts = {"classes": {}, "wanted": []}
         self._stack: list[tuple[cst.ClassDef, set[str]]] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
@@ -180,7 +181,7 @@ class Predictor(nn.Module):
         }
         bases = [dotted(arg.value) or "?" for arg in node.bases if arg.keyword is None]
         compaction = self.options["compaction-method"]
-        entry = self.facts.setdefault(node.name.value, [])
+        entry = self.facts["classes"].setdefault(node.name.value, [])
         entry.append([bases, compaction in methods])
         if self.options["switch-method"] in methods and compaction not in methods:
             self.report(
@@ -190,29 +191,39 @@ class Predictor(nn.Module):
                 hint=self.HINT.format(compaction=compaction),
                 data={"class": node.name.value, "bases": bases},
             )
+            self.facts["wanted"].extend(bases)
+
+    @staticmethod
+    def _classes(facts) -> dict[str, list]:
+        classes: dict[str, list] = {}
+        for per_file in facts.values():
+            for name, entries in per_file["classes"].items():
+                classes.setdefault(name, []).extend(entries)
+        return classes
 
     @classmethod
     def expand_triggers(cls, facts, options) -> set[str]:
-        known = {name for per_file in facts.values() for name in per_file}
+        """Files defining the not-yet-seen ancestors of reported classes."""
+        classes = cls._classes(facts)
         external = set(options["external-bases"])
-        wanted = set()
-        for per_file in facts.values():
-            for entries in per_file.values():
-                for bases, _ in entries:
-                    for base in bases:
-                        short = base.rsplit(".", 1)[-1]
-                        if base not in external and short not in known and base != "?":
-                            wanted.add(f"class {short}")
+        todo = [b for per_file in facts.values() for b in per_file["wanted"]]
+        seen, wanted = set(), set()
+        while todo:
+            base = todo.pop()
+            if base in seen or base in external or base == "?":
+                continue
+            seen.add(base)
+            short = base.rsplit(".", 1)[-1]
+            if short in classes:
+                todo.extend(b for bases, _ in classes[short] for b in bases)
+            else:
+                wanted.update({f"class {short}(", f"class {short}:"})
         return wanted
 
     @classmethod
     def finalize(cls, candidates, facts, options):
-        classes: dict[str, list] = {}
-        for per_file in facts.values():
-            for name, entries in per_file.items():
-                classes.setdefault(name, []).extend(entries)
+        classes = cls._classes(facts)
         external = set(options["external-bases"])
-
         def may_compact(name: str, seen: set[str]) -> bool:
             """True unless every class of that name provably lacks the method."""
             if name in seen:

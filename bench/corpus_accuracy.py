@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""Accuracy of the rules on real vLLM releases: every known bug site found, nothing else.
+
+Usage:
+    python bench/corpus_accuracy.py [TARBALL_OR_DIR ...] [--compare-prefilter]
+
+With no arguments it takes every `vllm-*.tar.xz` in ../shared/corpus (beside the checkout).
+Each tree's `vllm/` package is linted with the real CLI (`--no-cache`), findings are compared
+with the known sites listed in the corpus README (below), and a table is printed. With
+`--compare-prefilter` each tree is linted a second time with the prefilter disabled (every
+file parsed) and the two sets of findings must be identical. Exit status 1 on any miss,
+any other finding or any prefilter difference; 2 when there is nothing to check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
+
+# The known sites of ../shared/corpus/README.md: (rule, path inside the tree, line).
+EXPECTED: dict[str, set[tuple[str, str, int]]] = {
+    "0.18.0": {
+        ("IC001", "vllm/v1/spec_decode/eagle.py", 494),
+        ("IC001", "vllm/v1/spec_decode/eagle.py", 510),
+    },
+    "0.19.0": {
+        ("IC001", "vllm/v1/spec_decode/eagle.py", 491),
+        ("IC001", "vllm/v1/spec_decode/eagle.py", 507),
+    },
+    "0.20.0": set(),
+    "0.24.0": {
+        ("IC002", "vllm/v1/spec_decode/llm_base_proposer.py", 534),
+        ("IC003", "vllm/model_executor/models/deepseek_mtp.py", 130),
+    },
+    "0.25.0": set(),
+    "0.33.0": set(),
+}
+
+
+def invariant_check_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("invariant-check")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "invariant_check.cli"]
+
+
+def unpack(source: Path, workdir: Path) -> tuple[str, Path]:
+    match = re.search(r"vllm-(\d+\.\d+\.\d+)", source.name)
+    if not match:
+        raise SystemExit(f"{source}: cannot tell the release from the name (want vllm-X.Y.Z)")
+    version = match.group(1)
+    if source.is_dir():
+        return version, source
+    target = workdir / f"vllm-{version}"
+    if not (target / "vllm").is_dir():
+        with tarfile.open(source) as tar:
+            tar.extractall(workdir, filter="data") if sys.version_info >= (3, 12) else tar.extractall(workdir)
+    return version, target
+
+
+def lint(tree: Path, *extra: str) -> tuple[list[dict], list[dict], float]:
+    start = time.perf_counter()
+    proc = subprocess.run(
+        [*invariant_check_cmd(), "lint", "--no-cache", "--format", "json", *extra, "vllm"],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+    )
+    elapsed = time.perf_counter() - start
+    if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
+        raise SystemExit(f"{tree}: invariant-check failed ({proc.returncode}): {proc.stderr.strip()}")
+    doc = json.loads(proc.stdout)
+    return doc["findings"], doc["errors"], elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sources", nargs="*", type=Path)
+    parser.add_argument("--compare-prefilter", action="store_true")
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "invariant-check-corpus")
+    args = parser.parse_args()
+    sources = args.sources or sorted(DEFAULT_CORPUS.glob("vllm-*.tar.xz"))
+    if not sources:
+        print(f"corpus_accuracy: no corpus found (looked in {DEFAULT_CORPUS}); nothing to check")
+        return 2
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    failed = False
+    rows = []
+    others_listed = []
+    for source in sources:
+        version, tree = unpack(source, args.workdir)
+        findings, errors, elapsed = lint(tree)
+        got = {(f["rule"], f["path"], f["line"]) for f in findings}
+        expected = EXPECTED.get(version)
+        if expected is None:
+            expected = set()
+            print(f"note: {version} has no known sites listed; every finding counts as other")
+        found = expected & got
+        missing = expected - got
+        others = sorted(got - expected)
+        prefilter = "-"
+        if args.compare_prefilter:
+            full, _, full_elapsed = lint(tree, "--no-prefilter")
+            same = {(f["rule"], f["path"], f["line"], f["message"]) for f in full} == {
+                (f["rule"], f["path"], f["line"], f["message"]) for f in findings
+            }
+            prefilter = f"same ({full_elapsed:.1f} s unfiltered)" if same else "DIFFERENT"
+            failed |= not same
+        failed |= bool(missing or others or errors)
+        rows.append(
+            (version, f"{len(found)}/{len(expected)}", len(others), len(errors), f"{elapsed:.2f} s", prefilter)
+        )
+        for rule, path, line in sorted(missing):
+            others_listed.append(f"  {version}: MISSING {rule} at {path}:{line}")
+        for rule, path, line in others:
+            msg = next(f["message"] for f in findings if (f["rule"], f["path"], f["line"]) == (rule, path, line))
+            others_listed.append(f"  {version}: OTHER {rule} {path}:{line}: {msg}")
+        for e in errors:
+            others_listed.append(f"  {version}: ERROR {e['path']}: {e['message']}")
+
+    header = ("release", "expected found", "other findings", "errors", "lint time", "prefilter vs every file parsed")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-|-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    if others_listed:
+        print("\n".join(others_listed))
+    print("RESULT:", "FAIL" if failed else "PASS")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
