@@ -35,57 +35,32 @@ out (no traffic), which also makes the one-token-per-request case nearly free.
 
 from __future__ import annotations
 
+import os
+
 import triton
 import triton.language as tl
+from triton.runtime.driver import driver as _driver
 
-__all__ = ["MAX_BUFFERS_PER_LAUNCH", "compact_rows_kernel", "is_interpreted", "launch"]
+from .tiles import (
+    DEFAULT_BLOCK_W,
+    DEFAULT_CHUNK,
+    DEFAULT_NUM_WARPS,
+    MAX_BUFFERS_PER_LAUNCH,
+    pick_tiles,
+    spec_key,
+    tiles_for_sms,
+)
 
-# The buffer loop is unrolled per buffer; beyond this many buffers a second
-# launch is cheaper than the code growth (models have 1 to a handful).
-MAX_BUFFERS_PER_LAUNCH = 8
-
-# Parallelism comes only from column bands (rows are walked in order), so on a
-# GPU the band width shrinks until there is about one band per SM; the chunk
-# then grows so that each program keeps a ~16 KiB int32 tile in flight per
-# barrier. Untuned guesses until bench/compaction_gpu.py has run on a GPU (its
-# sweep reports the best fixed configuration). The interpreter uses the defaults.
-DEFAULT_BLOCK_W = 64
-DEFAULT_CHUNK = 64
-DEFAULT_NUM_WARPS = 4
-BAND_WIDTHS = (64, 32, 16)
-TILE_ELEMS = 4096
-MAX_CHUNK = 128
-
-_sm_counts: dict[int, int] = {}
-
-
-def _sm_count(device) -> int:
-    index = device.index if device.index is not None else 0
-    if index not in _sm_counts:
-        import torch
-
-        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
-    return _sm_counts[index]
-
-
-def pick_tiles(widths, device) -> tuple[int, int, int]:
-    """(BLOCK_W, CHUNK, num_warps) for these buffer widths on this device."""
-    if device.type != "cuda":
-        return DEFAULT_BLOCK_W, DEFAULT_CHUNK, DEFAULT_NUM_WARPS
-    return tiles_for_sms(widths, _sm_count(device))
-
-
-def tiles_for_sms(widths, sms: int) -> tuple[int, int, int]:
-    block_w = BAND_WIDTHS[-1]
-    for bw in BAND_WIDTHS:
-        if sum(-(-w // bw) for w in widths) >= sms:
-            block_w = bw
-            break
-    chunk = min(MAX_CHUNK, TILE_ELEMS // block_w)
-    # With 4 warps a 128-row chunk gets its row ids in a different layout from
-    # the tile, and the compiler converts through shared memory (seen in sm_90
-    # PTX); 8 warps keep one layout.
-    return block_w, chunk, 8 if chunk >= 128 else DEFAULT_NUM_WARPS
+__all__ = [
+    "DEFAULT_BLOCK_W",
+    "DEFAULT_CHUNK",
+    "DEFAULT_NUM_WARPS",
+    "MAX_BUFFERS_PER_LAUNCH",
+    "compact_rows_kernel",
+    "is_interpreted",
+    "launch",
+    "tiles_for_sms",
+]
 
 
 @triton.jit
@@ -146,6 +121,15 @@ def is_interpreted() -> bool:
     return not isinstance(compact_rows_kernel, triton.runtime.jit.JITFunction)
 
 
+# JITFunction.run re-derives the specialisation from every argument on every
+# call, several microseconds of Python, which is most of an eager call. The
+# buffers are persistent, so a compiled kernel is reused under a key that
+# determines Triton's specialisation (tiles.spec_key; tested against Triton's
+# own specialiser). INVARIANT_CHECK_COMPACTION_FAST_LAUNCH=0 turns this off.
+_compiled: dict[tuple, object] = {}
+_FAST_LAUNCH = os.environ.get("INVARIANT_CHECK_COMPACTION_FAST_LAUNCH", "1") != "0"
+
+
 def launch(
     bufs,
     row_ids,
@@ -164,6 +148,7 @@ def launch(
     if n == 0:
         return
     rid_stride = row_ids.stride(0)
+    fast = _FAST_LAUNCH and not is_interpreted()
     for start in range(0, len(bufs), MAX_BUFFERS_PER_LAUNCH):
         group = tuple(bufs[start:start + MAX_BUFFERS_PER_LAUNCH])
         widths = tuple(b.shape[1] for b in group)
@@ -172,15 +157,20 @@ def launch(
         grid = (sum(-(-w // bw) for w in widths),)
         if grid[0] == 0:
             continue
-        compact_rows_kernel[grid](
-            group,
-            tuple(b.stride(0) for b in group),
-            widths,
-            row_ids,
-            rid_stride,
-            n,
-            NUM_BUFS=len(group),
-            BLOCK_W=bw,
-            CHUNK=ch,
-            num_warps=nw,
+        strides = tuple(b.stride(0) for b in group)
+        key = None
+        if fast:
+            device = _driver.active.get_current_device()
+            key = spec_key(device, group, strides, widths, row_ids, rid_stride, n, bw, ch, nw)
+            compiled = _compiled.get(key)
+            if compiled is not None:
+                # Same positional arguments as JITFunction.run passes; the launcher
+                # flattens the tuples and drops the constexprs itself.
+                compiled[grid](group, strides, widths, row_ids, rid_stride, n, len(group), bw, ch)
+                continue
+        compiled = compact_rows_kernel[grid](
+            group, strides, widths, row_ids, rid_stride, n,
+            NUM_BUFS=len(group), BLOCK_W=bw, CHUNK=ch, num_warps=nw,
         )
+        if key is not None and compiled is not None:
+            _compiled[key] = compiled
