@@ -89,6 +89,16 @@ def test_rates(outcomes, rule, rewrite):
         assert row.false_alarm_rate == 0.0, f"false alarms: {failed}"
 
 
+def test_prefilter_changes_nothing(outcomes):
+    # The cross-file pass parses only some files when prefiltering; parsing every file must
+    # give the same findings on every variant.
+    variants = list(M.variants(set(RULES)))
+    assert len(variants) == len(outcomes)
+    for (name, fx, files, _), o in zip(variants, outcomes):
+        assert (name, fx.name) == (o.rewrite, o.fixture)
+        assert M.lint(files, fx.rule, prefilter=False) == o.lines, (name, fx.name)
+
+
 def test_outcome_judges_the_line():
     # A finding elsewhere than the switch does not count as detecting it.
     o = M.Outcome("x", "f", "IC002", True, True, lines=[3], expected_lines=[7])

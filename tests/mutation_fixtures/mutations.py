@@ -598,7 +598,7 @@ def switch_lines(source: str) -> list[int]:
     return sorted(pos[c].start.line for c in pos if isinstance(c, cst.Call) and _is_switch_on(c))
 
 
-def lint(files: Files, rule: str) -> list[int]:
+def lint(files: Files, rule: str, *, prefilter: bool = True) -> list[int]:
     """Lines of `rule`'s findings in the main module, from the real engine."""
     cls = all_rules()[rule]
     with tempfile.TemporaryDirectory() as tmp:
@@ -606,7 +606,9 @@ def lint(files: Files, rule: str) -> list[int]:
         root.mkdir()
         for name, text in files.items():
             (root / name).write_text(text)
-        engine = Engine([cls], {rule: cls.default_options()}, jobs=1, root=root, cwd=root)
+        engine = Engine(
+            [cls], {rule: cls.default_options()}, prefilter=prefilter, jobs=1, root=root, cwd=root
+        )
         result = engine.lint(sorted(root.rglob("*.py")))
         if result.errors:
             raise AssertionError(f"variant did not lint cleanly: {result.errors}")
