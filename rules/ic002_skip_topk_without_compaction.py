@@ -231,6 +231,8 @@ class SkipTopkWithoutCompaction(Rule):
       them), and a compaction made by a caller outside the class before it calls the
       function holding the switch (this one is reported: compact next to the switch, or
       suppress the line).
+    - Tests that switch reuse on over a batch of one token per request: the buffer is then
+      already compact, and the finding is noise there (use `per-file-ignores` for tests).
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -652,7 +654,7 @@ def draft(self, idx):
         depth = self.options["helper-depth"]
         local = {name: set(calls) for name, calls in facts.items()}
         for p in self._pending:
-            siblings = [_useful(m.calls, self.options) for m in _siblings(p.frame)]
+            siblings = [_useful(method.calls, self.options) for method in _siblings(p.frame)]
             before = [sorted(_useful(path, self.options)) for path in p.before]
             after = [sorted(_useful(path, self.options)) for path in p.after]
             hooks = [sorted(calls) for calls in siblings if calls]
@@ -820,9 +822,9 @@ def _siblings(frame: _Frame) -> list[_Frame]:
     if frame.cls is None:
         return []
     return [
-        m
-        for m in frame.cls.methods
-        if m is not frame and m.name != frame.name and m.name not in frame.calls
+        method
+        for method in frame.cls.methods
+        if method is not frame and method.name != frame.name and method.name not in frame.calls
     ]
 
 
