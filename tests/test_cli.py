@@ -1,0 +1,441 @@
+"""The `invariant-check` command end to end, in subprocesses: exit codes, options, formats."""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from ic_support import (  # noqa: E402
+    BAD_CLASS,
+    EXPECTED_FLAGGED,
+    GOOD_CLASS,
+    RULE,
+    assert_no_traceback,
+    clean_env,
+    run_cli,
+    write_tree,
+)
+
+from invariant_check import cli as cli_module  # noqa: E402
+from invariant_check.engine import PARALLEL_MIN_FILES  # noqa: E402
+from invariant_check.registry import all_rules  # noqa: E402
+
+FINDING_LINE = re.compile(r"^(?P<path>[^:\s][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<rule>IC\d{3}) (?P<msg>.+)$")
+
+
+def lint(tmp: Path, *args: str, **kw):
+    run = run_cli("lint", "--select", RULE, *args, cwd=tmp, **kw)
+    assert_no_traceback(run)
+    return run
+
+
+def lint_json(tmp: Path, *args: str, **kw) -> dict:
+    run = lint(tmp, "--format", "json", *args, **kw)
+    assert run.code in (0, 1, 2), run.err
+    return json.loads(run.out)
+
+
+def flagged(doc: dict) -> set[str]:
+    return {f["path"] for f in doc["findings"]}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return write_tree(tmp_path)
+
+
+# -- exit codes ------------------------------------------------------------------------------
+
+
+def test_exit_0_when_clean(tmp_path):
+    (tmp_path / "ok.py").write_text(GOOD_CLASS)
+    run = lint(tmp_path, ".")
+    assert run.code == 0, run.out + run.err
+    assert "All checks passed" in run.out
+
+
+def test_exit_1_with_findings(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    run = lint(tmp_path, ".")
+    assert run.code == 1, run.out + run.err
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["lint", "--select", "IC999", "."], "IC999"),
+        (["lint", "--ignore", "NOPE", "."], "NOPE"),
+        (["lint", "nothere.py"], "nothere.py"),
+        (["lint", "--format", "xml", "."], "xml"),
+        (["lint", "--jobs", "0", "."], "--jobs"),
+    ],
+)
+def test_exit_2_usage_errors(tmp_path, args, needle):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    run = run_cli(*args, cwd=tmp_path)
+    assert_no_traceback(run)
+    assert run.code == 2, run.out + run.err
+    assert needle in run.err
+
+
+def test_exit_2_unparseable_file_and_others_still_linted(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    (tmp_path / "broken.py").write_text("def set_skip_topk(:\n")
+    run = lint(tmp_path, ".")
+    assert run.code == 2
+    assert "bad.py:3:7: IC003" in run.out  # the good file was still linted
+    assert re.search(r"^broken\.py:1:\d+: error: syntax error", run.err, re.M), run.err
+
+
+def test_exit_2_nonexistent_path_but_other_paths_linted(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    doc = lint_json(tmp_path, "bad.py", "missing_dir")
+    assert flagged(doc) == {"bad.py"}
+    assert [e["path"] for e in doc["errors"]] == ["missing_dir"]
+
+
+@pytest.mark.parametrize(
+    "table, needles",
+    [
+        ('bogus-key = 1\nselect = ["IC003"]', ["unknown key", "bogus-key"]),
+        ('select = ["IC077"]', ["unknown rule code", "IC077"]),
+        ('ignore = ["XX1"]', ["XX1"]),
+        ('per-file-ignores = {"a.py" = ["IC078"]}', ["IC078"]),
+        ('[tool.invariant-check.options.IC003]\nswitch-methodd = "x"', ["unknown option", "switch-methodd"]),
+        ('[tool.invariant-check.options.IC404]\nx = 1', ["IC404"]),
+        ('[tool.invariant-check.options.IC003]\nswitch-method = 3', ["switch-method"]),
+        ("jobs = true", ["jobs"]),
+        ('select = "IC003"', ["select"]),
+    ],
+)
+def test_bad_config_is_one_line_exit_2(tmp_path, table, needles):
+    (tmp_path / "pyproject.toml").write_text("[tool.invariant-check]\n" + table + "\n")
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    run = run_cli("lint", ".", cwd=tmp_path)
+    assert_no_traceback(run)
+    assert run.code == 2
+    lines = run.err.strip().splitlines()
+    assert len(lines) == 1, run.err
+    assert lines[0].startswith("invariant-check: error:")
+    assert "pyproject.toml" in lines[0]
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def test_broken_toml_with_our_table_is_an_error_not_ignored(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[tool.invariant-check\nselect = [\n")
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    run = run_cli("lint", ".", cwd=tmp_path)
+    assert_no_traceback(run)
+    assert run.code == 2 and "invalid TOML" in run.err
+
+
+# -- rule selection --------------------------------------------------------------------------
+
+
+def test_select_and_ignore(tree):
+    assert lint(tree, "--ignore", RULE, ".").code == 0
+    assert lint(tree, "--select", RULE.lower(), ".").code == 1  # codes are case-insensitive
+    by_name = run_cli("lint", "--select", all_rules()[RULE].NAME, "--format", "json", ".", cwd=tree)
+    assert {f["rule"] for f in json.loads(by_name.out)["findings"]} == {RULE}
+    # comma-separated lists work like repeated options
+    assert run_cli("lint", "--select", f"{RULE},{RULE}", "--ignore", f"X,{RULE}", ".", cwd=tree).code == 2
+    assert run_cli("lint", "--select", RULE, "--ignore", f"{RULE}", ".", cwd=tree).code == 0
+
+
+# -- formats ---------------------------------------------------------------------------------
+
+
+def test_text_format_lines_hint_summary(tree):
+    run = lint(tree, ".")
+    assert run.code == 1
+    lines = run.out.splitlines()
+    findings = [FINDING_LINE.match(l) for l in lines if FINDING_LINE.match(l)]
+    assert {m["path"] for m in findings} == EXPECTED_FLAGGED
+    bad = next(m for m in findings if m["path"] == "pkg/bad.py")
+    assert (bad["line"], bad["col"], bad["rule"]) == ("3", "7", RULE)  # 1-based, at the class name
+    # every finding is followed by its hint
+    for i, l in enumerate(lines):
+        if FINDING_LINE.match(l):
+            assert lines[i + 1].strip().startswith("hint: ")
+    assert lines[-1] == f"Found {len(findings)} findings in {len(findings)} files (18 files checked)."
+    assert "\x1b[" not in run.out  # no colour when not a terminal
+    assert "^" not in run.out  # no caret when not a terminal
+
+
+def test_paths_relative_to_cwd_or_absolute(tree):
+    sub = tree / "pkg"
+    run = lint(sub, "bad.py", "../pkg/many/m1.py", str(tree / "pkg" / "many" / "m0.py"))
+    paths = {FINDING_LINE.match(l)["path"] for l in run.out.splitlines() if FINDING_LINE.match(l)}
+    assert paths == {"bad.py", "many/m1.py", "many/m0.py"}
+    outside = lint(sub / "sub", str(tree / "pkg" / "bad.py"))
+    paths = {FINDING_LINE.match(l)["path"] for l in outside.out.splitlines() if FINDING_LINE.match(l)}
+    assert paths == {(tree / "pkg" / "bad.py").as_posix()}
+
+
+def test_show_source_flag_puts_a_caret_under_the_name(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    run = lint(tmp_path, "--show-source", ".")
+    lines = run.out.splitlines()
+    i = next(i for i, l in enumerate(lines) if FINDING_LINE.match(l))
+    assert lines[i + 1] == "    class Predictor(nn.Module):"
+    assert lines[i + 2] == "    " + " " * 6 + "^" * len("Predictor")
+
+
+def _run_in_pty(args: list[str], cwd: Path) -> tuple[int, str]:
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "invariant_check.cli", *args],
+        cwd=cwd,
+        env=clean_env(NO_COLOR="1"),
+        stdin=subprocess.DEVNULL,
+        stdout=slave,
+        stderr=subprocess.PIPE,
+    )
+    os.close(slave)
+    chunks = []
+    while True:
+        ready, _, _ = select.select([master], [], [], 120)
+        if not ready:
+            proc.kill()
+            break
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    proc.wait(timeout=120)
+    return proc.returncode, b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_caret_only_on_a_terminal(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    code, out = _run_in_pty(["lint", "--select", RULE, "."], tmp_path)
+    assert code == 1
+    assert "    class Predictor(nn.Module):\n          ^^^^^^^^^\n" in out
+    code, out = _run_in_pty(["lint", "--select", RULE, "--no-show-source", "."], tmp_path)
+    assert code == 1 and "^" not in out
+    piped = lint(tmp_path, ".")
+    assert "^" not in piped.out and "class Predictor" not in piped.out
+
+
+def test_json_contract(tree):
+    (tree / "broken.py").write_text("class A:\n    def set_skip_topk(self:\n")
+    doc = lint_json(tree, ".")
+    assert set(doc) == {"version", "findings", "errors", "summary"}
+    assert doc["version"] == 1
+    assert flagged(doc) == EXPECTED_FLAGGED
+    for f in doc["findings"]:
+        assert set(f) == {"path", "line", "column", "end_line", "end_column", "rule", "name", "message", "hint"}
+        assert f["rule"] == RULE and f["name"] == all_rules()[RULE].NAME
+        assert f["line"] >= 1 and f["column"] >= 1
+        assert (f["end_line"], f["end_column"]) >= (f["line"], f["column"])
+        assert f["hint"] and "\n" not in f["message"]
+    bad = next(f for f in doc["findings"] if f["path"] == "pkg/bad.py")
+    # `class Bad(` : the name spans columns 7..9, end exclusive -> 10
+    assert (bad["line"], bad["column"], bad["end_line"], bad["end_column"]) == (3, 7, 3, 10)
+    assert len(doc["errors"]) == 1
+    err = doc["errors"][0]
+    assert err["path"] == "broken.py" and "syntax error" in err["message"]
+    assert err["line"] == 2 and err["column"] >= 1
+    assert doc["summary"]["findings"] == len(doc["findings"])
+    assert doc["summary"]["errors"] == 1
+
+
+def test_github_format(tree):
+    run = lint(tree, "--format", "github", ".")
+    assert run.code == 1
+    pattern = re.compile(
+        r"^::error file=(?P<file>[^,]+),line=(?P<line>\d+),col=(?P<col>\d+)"
+        r"(?:,endLine=\d+,endColumn=\d+)?,title=(?P<title>IC\d{3})::(?P<msg>.+)$"
+    )
+    lines = run.out.splitlines()
+    matches = [pattern.match(l) for l in lines]
+    assert all(matches), lines
+    assert {m["file"] for m in matches} == EXPECTED_FLAGGED
+    assert {m["title"] for m in matches} == {RULE}
+    assert all("\n" not in m["msg"] for m in matches)
+
+
+def test_output_file(tree):
+    out = tree / "report.json"
+    run = lint(tree, "--format", "json", "--output", str(out), ".")
+    assert run.code == 1
+    assert run.out == ""
+    assert flagged(json.loads(out.read_text())) == EXPECTED_FLAGGED
+    unwritable = lint(tree, "--output", str(tree / "no" / "such" / "dir.txt"), ".")
+    assert unwritable.code == 2 and "cannot write" in unwritable.err
+
+
+def test_statistics_counts_per_rule(tree):
+    run = lint(tree, "--statistics", ".")
+    m = re.search(rf"^\s*(\d+)\s+{RULE}\s+{all_rules()[RULE].NAME}$", run.out, re.M)
+    assert m, run.out
+    assert int(m.group(1)) == len(EXPECTED_FLAGGED)
+    assert not re.search(rf"^\s*\d+\s+{RULE}\s", lint(tree, ".").out, re.M)
+
+
+# -- parallelism, cache -----------------------------------------------------------------------
+
+
+def test_jobs_1_and_2_give_the_same_findings(tree):
+    one = lint_json(tree, "--no-cache", "--jobs", "1", ".")
+    two = lint_json(tree, "--no-cache", "--jobs", "2", ".")
+    # enough files were parsed for the pool to start
+    assert two["summary"]["files_parsed"] >= PARALLEL_MIN_FILES
+    assert one["findings"] == two["findings"]
+    assert flagged(one) == EXPECTED_FLAGGED
+
+
+def test_no_cache_writes_nothing(tree):
+    lint(tree, "--no-cache", ".")
+    assert not (tree / ".invariant-check-cache").exists()
+    lint(tree, ".")
+    assert list((tree / ".invariant-check-cache").glob("*.json"))
+
+
+def test_cache_dir_option_and_env(tree, tmp_path_factory):
+    by_option = tmp_path_factory.mktemp("c1")
+    by_env = tmp_path_factory.mktemp("c2")
+    a = lint_json(tree, "--cache-dir", str(by_option), ".")
+    assert list(by_option.glob("*.json"))
+    b = lint_json(tree, ".", env=clean_env(INVARIANT_CHECK_CACHE_DIR=str(by_env)))
+    assert list(by_env.glob("*.json"))
+    assert not (tree / ".invariant-check-cache").exists()
+    assert a["findings"] == b["findings"]
+    warm = lint_json(tree, ".", env=clean_env(INVARIANT_CHECK_CACHE_DIR=str(by_env)))
+    assert warm["summary"]["files_parsed"] == 0 and warm["findings"] == a["findings"]
+
+
+def test_unwritable_cache_is_a_warning_not_a_failure(tree):
+    blocker = tree / "blocker"
+    blocker.write_text("a file where the cache folder should be")
+    run = lint(tree, "--cache-dir", str(blocker / "cache"), ".")
+    assert run.code == 1
+    assert "warning" in run.err and "cache" in run.err
+
+
+# -- discovery -------------------------------------------------------------------------------
+
+
+def test_exclude(tree):
+    doc = lint_json(tree, "--exclude", "many", "--exclude", "pkg/bad.py", ".")
+    assert flagged(doc) == {"pkg/sub/bad_sub.py", "pkg/sub/bad_mid.py"}
+    doc = lint_json(tree, "--exclude", "m[0-3].py", ".")
+    assert flagged(doc) == EXPECTED_FLAGGED - {f"pkg/many/m{i}.py" for i in range(4)}
+
+
+def test_config_exclude_and_per_file_ignores(tree):
+    (tree / "pyproject.toml").write_text(
+        '[tool.invariant-check]\nexclude = ["pkg/many"]\n'
+        '[tool.invariant-check.per-file-ignores]\n"pkg/sub/*.py" = ["IC003"]\n'
+    )
+    assert flagged(lint_json(tree, ".")) == {"pkg/bad.py"}
+
+
+@pytest.mark.parametrize("folder", [".git", "__pycache__", ".venv", "venv", "build", "my-env", "pkg/.tox"])
+def test_default_skips(tmp_path, folder):
+    (tmp_path / "ok.py").write_text(GOOD_CLASS)
+    target = tmp_path / folder
+    target.mkdir(parents=True)
+    (target / "bad.py").write_text(BAD_CLASS)
+    if folder == "my-env":  # any folder holding pyvenv.cfg is a virtual environment
+        (target / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert lint(tmp_path, ".").code == 0
+    # a file named on the command line is linted wherever it is
+    assert lint(tmp_path, f"{folder}/bad.py").code == 1
+    # and so is a skipped folder named explicitly
+    assert lint(tmp_path, folder).code == 1
+
+
+def test_folder_named_like_build_is_only_skipped_by_name(tmp_path):
+    (tmp_path / "builder").mkdir()
+    (tmp_path / "builder" / "bad.py").write_text(BAD_CLASS)
+    assert lint(tmp_path, ".").code == 1
+
+
+# -- configuration discovery ---------------------------------------------------------------------
+
+
+def test_nearest_pyproject_with_the_table_wins(tree):
+    (tree / "pyproject.toml").write_text('[tool.invariant-check]\nignore = ["IC003"]\n')
+    # a nearer pyproject.toml without our table is passed over
+    (tree / "pkg" / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    assert run_cli("lint", "pkg", cwd=tree).code == 0
+    assert run_cli("lint", ".", cwd=tree / "pkg" / "many").code == 0
+    # a nearer one with the table is used instead
+    (tree / "pkg" / "many" / "pyproject.toml").write_text('[tool.invariant-check]\nselect = ["IC003"]\n')
+    assert run_cli("lint", ".", cwd=tree / "pkg" / "many").code == 1
+    assert run_cli("lint", "pkg/many", cwd=tree).code == 1
+    # --config overrides the search
+    assert run_cli("lint", "--config", str(tree / "pyproject.toml"), "pkg/many", cwd=tree).code == 0
+
+
+def test_option_from_config_changes_findings(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "import torch.nn as nn\n\nclass P(nn.Module):\n    def use_shared(self, on):\n        self.on = on\n"
+    )
+    assert lint(tmp_path, ".").code == 0
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.invariant-check.options.IC003]\nswitch-method = "use_shared"\n'
+    )
+    assert lint(tmp_path, ".").code == 1
+
+
+# -- rules and explain ------------------------------------------------------------------------
+
+
+def test_rules_lists_every_rule(tmp_path):
+    run = run_cli("rules", cwd=tmp_path)
+    assert run.code == 0
+    lines = run.out.splitlines()
+    assert len(lines) == len(all_rules())
+    for line, (code, rule) in zip(lines, all_rules().items()):
+        assert line.startswith(code) and rule.NAME in line and line.rstrip().endswith(rule.SUMMARY)
+    as_json = json.loads(run_cli("rules", "--format", "json", cwd=tmp_path).out)
+    assert [r["code"] for r in as_json] == list(all_rules())
+
+
+def test_explain(tmp_path):
+    rule = all_rules()[RULE]
+    run = run_cli("explain", RULE, cwd=tmp_path)
+    assert run.code == 0
+    assert run.out.startswith(f"# {RULE} {rule.NAME}")
+    assert "## What it does" in run.out and "```python" in run.out
+    # the tested examples are printed
+    assert rule.INVALID[0].code.strip().splitlines()[0] in run.out
+    assert run_cli("explain", rule.NAME, cwd=tmp_path).out == run.out
+    bad = run_cli("explain", "IC999", cwd=tmp_path)
+    assert bad.code == 2 and "IC999" in bad.err
+    assert_no_traceback(bad)
+
+
+# -- never a traceback ---------------------------------------------------------------------------
+
+
+def test_internal_error_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("INVARIANT_CHECK_DEBUG", raising=False)
+
+    def explode(self, files):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr("invariant_check.engine.Engine.lint", explode)
+    result = CliRunner().invoke(cli_module.main, ["lint", "--no-cache", "."])
+    assert result.exit_code == 2
+    assert result.stderr == "invariant-check: error: internal error: RuntimeError: boom second line\n"
+    assert isinstance(result.exception, SystemExit)
