@@ -120,7 +120,7 @@ def run(cmd, cwd=None, env=None, timeout=None) -> Run:
     # Children's CPU is accounted to us once they are reaped: the difference is this run's.
     cpu0 = _children_cpu()
     t0 = time.perf_counter()
-    res = subprocess.run([str(c) for c in cmd], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    res = subprocess.run([str(c) for c in cmd], check=False, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t0
     return Run(wall, _children_cpu() - cpu0, res.returncode, res.stdout, res.stderr)
 
@@ -254,11 +254,11 @@ def version_of(cmd) -> str:
 
 def git_rev() -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "invariant_check", "rules"],
-                               cwd=REPO, capture_output=True, text=True).stdout.strip()
+                               check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
         untracked = subprocess.run(["git", "ls-files", "--others", "--exclude-standard", "--", "invariant_check", "rules"],
-                                   cwd=REPO, capture_output=True, text=True).stdout.strip()
+                                   check=False, cwd=REPO, capture_output=True, text=True).stdout.strip()
         return rev + (" + uncommitted changes in invariant_check/ or rules/" if dirty or untracked else "")
     except OSError:
         return "?"
@@ -331,6 +331,67 @@ def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> Non
     else:
         print("prefilter breakdown failed:\n" + r.stderr[-2000:])
 
+    # Wall time per engine phase, in one process, without a profiler's distortion. Wraps the
+    # engine's methods by name and skips any that a later engine no longer has.
+    code = textwrap.dedent(r"""
+        import functools, sys, time
+        from pathlib import Path
+        t0 = time.perf_counter()
+        import invariant_check.cli as cli
+        import invariant_check.engine as E, invariant_check.cache as C, invariant_check.discovery as D
+        from invariant_check import registry
+        t1 = time.perf_counter()
+        registry.all_rules()
+        t2 = time.perf_counter()
+        acc, rounds = {}, []
+        def wrap(obj, name, label):
+            f = getattr(obj, name, None)
+            if f is None:
+                return
+            @functools.wraps(f)
+            def g(*a, **k):
+                t = time.perf_counter()
+                try:
+                    return f(*a, **k)
+                finally:
+                    n, s = acc.get(label, (0, 0.0))
+                    acc[label] = (n + 1, s + time.perf_counter() - t)
+            setattr(obj, name, g)
+        wrap(D, "discover", "discover files")
+        wrap(C.Cache, "load", "cache load")
+        wrap(C.Cache, "save", "cache save")
+        wrap(E.Engine, "_scan", "read + prefilter, per file")
+        wrap(E.Engine, "_parse_wanted", "parse + rules, per round (pool start included)")
+        wrap(E.Engine, "_contains_any", "expansion: search files for names")
+        wrap(E.Engine, "_facts", "collect facts")
+        wrap(E.Engine, "_finish", "finalize + suppressions")
+        run_tasks = getattr(E.Engine, "_run_tasks", None)
+        if run_tasks is not None:
+            def rt(self, tasks):
+                rounds.append([(t[1], len(t[2] or b"")) for t in tasks])
+                return run_tasks(self, tasks)
+            E.Engine._run_tasks = rt
+        t3 = time.perf_counter()
+        try:
+            cli.main(sys.argv[1:], standalone_mode=False)
+        except SystemExit:
+            pass
+        t4 = time.perf_counter()
+        print(f"  {t1 - t0:6.3f} s  import invariant_check.cli, engine, cache, discovery")
+        print(f"  {t2 - t1:6.3f} s  import the rules (registry.all_rules)")
+        print(f"  {t4 - t3:6.3f} s  the lint command itself, of which:")
+        for label, (n, s) in sorted(acc.items(), key=lambda kv: -kv[1][1]):
+            print(f"  {s:6.3f} s    {label} (x{n})")
+        for i, r in enumerate(rounds):
+            big = ", ".join(f"{Path(n).name} {s // 1024} KB" for n, s in sorted(r, key=lambda x: -x[1])[:6])
+            print(f"           round {i}: {len(r)} files, {sum(s for _, s in r) // 1024} KB; biggest: {big}")
+    """)
+    r = run([sys.executable, "-c", code, "lint", "--cache-dir", workdir / "phases-cache", "--format", "json",
+             "--output", workdir / "phases.json", tree], cwd=workdir)
+    print("\nPhases of a cold run (wall, one process plus its parse workers, no profiler):")
+    print(r.stderr[-3000:] if "Traceback" in r.stderr else "", end="")
+    print(r.stdout, end="")
+
     # cProfile of a cold single-process run: shares, since the profiler inflates Python code.
     prof = workdir / "cold.prof"
     r = run([sys.executable, "-m", "cProfile", "-o", prof, exe, "lint", "--no-cache", "-j", "1", "--format", "json", tree], cwd=workdir)
@@ -341,32 +402,35 @@ def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> Non
 
     st = pstats.Stats(str(prof))
     total = st.total_tt
+    wanted = {
+        ("invariant_check/discovery.py", "discover"): "discover files",
+        ("invariant_check/engine.py", "_scan"): "engine._scan (read + prefilter)",
+        ("invariant_check/engine.py", "_parse_wanted"): "engine._parse_wanted (everything below)",
+        ("invariant_check/engine.py", "_cpython_check"): "  CPython compile() check",
+        ("libcst/_parser/entrypoints.py", "_parse"): "  libcst parse",
+        ("libcst/metadata/wrapper.py", "visit_batched"): "  libcst batched traversal (rules)",
+        ("libcst/metadata/wrapper.py", "resolve"): "  libcst metadata (positions, parents)",
+        ("invariant_check/engine.py", "_finish"): "engine._finish",
+        ("invariant_check/cache.py", "save"): "cache save",
+    }
     rows: dict[str, float] = {}
     per_rule_own: dict[str, float] = {}
     for (filename, _line, func), (_cc, _nc, tt, ct, _callers) in st.stats.items():
-        key = None
-        if filename.endswith("invariant_check/discovery.py") and func == "discover":
-            key = "discover files"
-        elif filename.endswith("invariant_check/engine.py") and func in ("_scan", "_parse_wanted", "_finish", "_contains_any", "_facts", "_run_tasks"):
-            key = f"engine.{func}"
-        elif filename.endswith("invariant_check/cache.py") and func in ("load", "save"):
-            key = f"cache.{func}"
-        elif filename.endswith("libcst/_parser/entrypoints.py") and func == "_parse":
-            key = "libcst parse"
-        elif filename.endswith("libcst/metadata/wrapper.py") and func in ("visit_batched", "resolve"):
-            key = f"libcst {func} (rules' traversal)" if func == "visit_batched" else "libcst metadata resolve"
-        elif "may_apply" in func:
-            key = f"may_apply ({Path(filename).stem[:5]})"
-        if key:
-            rows[key] = rows.get(key, 0.0) + ct
+        for (suffix, name), label in wanted.items():
+            if func == name and filename.endswith(suffix):
+                rows[label] = rows.get(label, 0.0) + ct
         m = re.search(r"/rules/(ic\d+)", filename)
+        if func == "may_apply" and m:
+            label = f"  may_apply of {m.group(1).upper()} (in _scan)"
+            rows[label] = rows.get(label, 0.0) + ct
         if m:
             per_rule_own[m.group(1).upper()] = per_rule_own.get(m.group(1).upper(), 0.0) + tt
-    print(f"\ncProfile, cold run, one process, no cache: {total:.1f} s under the profiler (shares are what count):")
-    for k, v in sorted(rows.items(), key=lambda kv: -kv[1]):
-        print(f"  {100 * v / total:5.1f} %  {v:7.2f} s  {k}")
+    print(f"\ncProfile, cold run, one process (-j 1), no cache: {total:.1f} s under the profiler (the shares count):")
+    for label in [*wanted.values(), *sorted(k for k in rows if "may_apply" in k)]:
+        if label in rows:
+            print(f"  {100 * rows[label] / total:5.1f} %  {rows[label]:7.2f} s  {label}")
     if per_rule_own:
-        print("  own code of each rule (tottime, excluding libcst's traversal):")
+        print("  own code of each rule (tottime: its visitors, prefilter and finalize; not libcst's walk):")
         for k, v in sorted(per_rule_own.items()):
             print(f"  {100 * v / total:5.1f} %  {v:7.2f} s  {k}")
 
@@ -447,8 +511,8 @@ def main() -> int:
                     one_files.append((f"1 clean file: {rel}", tree / rel))
         one_rows = []
         for label, path in one_files:
-            s_cold = repeat(args.repeat, lambda i: [ours, "lint", "--cache-dir", work / f"one-{path.name}-{i}", path], cwd=path.parent, env=env)
-            s_warm = repeat(args.repeat, lambda i: [ours, "lint", "--cache-dir", work / f"one-{path.name}-0", path], cwd=path.parent, env=env)
+            s_cold = repeat(args.repeat, lambda i, path=path: [ours, "lint", "--cache-dir", work / f"one-{path.name}-{i}", path], cwd=path.parent, env=env)
+            s_warm = repeat(args.repeat, lambda i, path=path: [ours, "lint", "--cache-dir", work / f"one-{path.name}-0", path], cwd=path.parent, env=env)
             one_rows.append((label, path, s_cold, s_warm))
         for label, path, s_cold, s_warm in one_rows:
             rows.append((f"{label}, cold cache (rc {s_cold.runs[0].rc})", s_cold, f"< {TARGET_ONE_FILE_S} s", s_cold.wall < TARGET_ONE_FILE_S))
@@ -494,7 +558,7 @@ def main() -> int:
         if args.per_rule:
             listed = run([ours, "rules", "--format", "json"], cwd=work, env=env)
             for rule in json.loads(listed.stdout):
-                s = repeat(1, lambda i: lint_cmd(work / f"cache-{rule['code']}", "--select", rule["code"]), cwd=work, env=env)
+                s = repeat(1, lambda i, code=rule["code"]: lint_cmd(work / f"cache-{code}", "--select", code), cwd=work, env=env)
                 per_rule.append((rule["code"], s, summary_of(s.runs[0])))
 
         load1 = os.getloadavg()

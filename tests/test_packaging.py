@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import venv
 import zipfile
 from pathlib import Path
 
@@ -92,7 +91,7 @@ def _clean_env() -> dict[str, str]:
 
 def _run(args, cwd, env=None, check=True, timeout=600):
     res = subprocess.run(
-        [str(a) for a in args], cwd=cwd, env=env or _clean_env(),
+        [str(a) for a in args], check=False, cwd=cwd, env=env or _clean_env(),
         capture_output=True, text=True, timeout=timeout,
     )
     if check and res.returncode != 0:
@@ -117,7 +116,7 @@ def _find_python(version: str) -> str | None:
     for exe in filter(None, candidates):
         try:
             out = subprocess.run([exe, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                                 capture_output=True, text=True, timeout=60)
+                                 check=False, capture_output=True, text=True, timeout=60)
         except OSError:
             continue
         if out.returncode == 0 and out.stdout.strip() == version:
