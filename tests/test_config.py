@@ -1,0 +1,160 @@
+"""`[tool.invariant-check]`: finding the file, validating every key, merging options."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from invariant_check.config import ConfigError, KNOWN_KEYS, find_config, load_config, parse_table
+from invariant_check.registry import all_rules
+
+RULE = "IC003"
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_find_config_walks_up_to_the_table(tmp_path):
+    top = write(tmp_path / "pyproject.toml", "[tool.invariant-check]\n")
+    write(tmp_path / "a" / "pyproject.toml", "[project]\nname = 'x'\n")
+    deep = tmp_path / "a" / "b"
+    deep.mkdir(parents=True)
+    (deep / "m.py").write_text("")
+    assert find_config([deep / "m.py"]) == top
+    assert find_config([deep]) == top
+    near = write(tmp_path / "a" / "pyproject.toml", "[tool.invariant-check]\nselect = []\n")
+    assert find_config([deep]) == near
+
+
+def test_find_config_uses_the_common_folder_of_all_paths(tmp_path):
+    top = write(tmp_path / "pyproject.toml", "[tool.invariant-check]\n")
+    write(tmp_path / "a" / "pyproject.toml", "[tool.invariant-check]\n")
+    (tmp_path / "b").mkdir()
+    # a/ and b/ share only tmp_path: its config is the nearest to both
+    assert find_config([tmp_path / "a", tmp_path / "b"]) == top
+
+
+def test_find_config_nonexistent_and_looping_paths_do_not_raise(tmp_path):
+    top = write(tmp_path / "pyproject.toml", "[tool.invariant-check]\n")
+    os.symlink(tmp_path / "loop_b.py", tmp_path / "loop_a.py")
+    os.symlink(tmp_path / "loop_a.py", tmp_path / "loop_b.py")
+    assert find_config([tmp_path / "loop_a.py"]) == top
+    assert find_config([tmp_path / "nope" / "x.py"]) == top
+
+
+def test_find_config_skips_broken_unrelated_toml_but_returns_broken_own(tmp_path):
+    top = write(tmp_path / "pyproject.toml", "[tool.invariant-check]\n")
+    write(tmp_path / "a" / "pyproject.toml", "[project\nname=")  # someone else's broken file
+    assert find_config([tmp_path / "a"]) == top
+    own = write(tmp_path / "a" / "pyproject.toml", "[tool.invariant-check\nselect=")
+    assert find_config([tmp_path / "a"]) == own
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(own)
+
+
+@pytest.mark.parametrize("text", ["tool = 3\n", "[tool]\ninvariant-check = 3\n"])
+def test_non_table_tool_sections(tmp_path, text):
+    path = write(tmp_path / "pyproject.toml", text)
+    find_config([tmp_path])  # must not raise
+    with pytest.raises(ConfigError, match="must be a table"):
+        load_config(path)
+
+
+def test_no_config_means_defaults(tmp_path):
+    cfg = load_config(None, fallback_root=tmp_path)
+    assert cfg.select is None and cfg.ignore == [] and cfg.options == {}
+    assert cfg.root == tmp_path.resolve()
+    assert cfg.rule_options(RULE) == all_rules()[RULE].default_options()
+
+
+def test_every_known_key_parses(tmp_path):
+    path = write(
+        tmp_path / "pyproject.toml",
+        """
+[tool.invariant-check]
+select = ["IC"]
+ignore = ["IC003"]
+exclude = ["gen/"]
+extend-exclude = ["third_party"]
+cache-dir = ".cache/ic"
+jobs = 3
+
+[tool.invariant-check.per-file-ignores]
+"tests/*.py" = ["IC003"]
+
+[tool.invariant-check.options.IC003]
+switch-method = "use_shared"
+""",
+    )
+    cfg = load_config(path)
+    assert set(cfg.select) == set(all_rules())  # a prefix selects every rule it starts
+    assert cfg.ignore == ["IC003"]
+    assert cfg.exclude == ["gen/", "third_party"]
+    assert cfg.cache_dir == (tmp_path / ".cache" / "ic").resolve()
+    assert cfg.jobs == 3
+    assert cfg.per_file_ignores == {"tests/*.py": ["IC003"]}
+    opts = cfg.rule_options(RULE)
+    assert opts["switch-method"] == "use_shared"
+    # unset options keep their defaults
+    assert opts["compaction-method"] == all_rules()[RULE].default_options()["compaction-method"]
+
+
+def test_rule_named_by_its_name_in_options(tmp_path):
+    name = all_rules()[RULE].NAME
+    cfg = parse_table({"options": {name: {"switch-method": "x"}}}, tmp_path / "pyproject.toml")
+    assert cfg.options == {RULE: {"switch-method": "x"}}
+
+
+@pytest.mark.parametrize(
+    "table, needles",
+    [
+        ({"selct": ["IC003"]}, ["unknown key", "selct"]),
+        ({"select": ["IC003", "IC998", "nope"]}, ["IC998", "nope"]),
+        ({"ignore": "IC003"}, ["ignore must be a list"]),
+        ({"exclude": [1]}, ["exclude must be a list"]),
+        ({"per-file-ignores": ["x"]}, ["per-file-ignores"]),
+        ({"per-file-ignores": {"a.py": "IC003"}}, ["per-file-ignores", "a.py"]),
+        ({"per-file-ignores": {"a.py": ["IC997"]}}, ["IC997"]),
+        ({"options": {"IC996": {}}}, ["IC996"]),
+        ({"options": {"IC003": 1}}, ["must be a table"]),
+        ({"options": {"IC003": {"swtich-method": "x"}}}, ["unknown option", "swtich-method", "switch-method"]),
+        ({"options": {"IC003": {"switch-method": ["x"]}}}, ["switch-method", "str"]),
+        ({"options": {"IC003": {"external-bases": "nn.Module"}}}, ["external-bases", "list of strings"]),
+        ({"cache-dir": 1}, ["cache-dir"]),
+        ({"jobs": 0}, ["jobs"]),
+        ({"jobs": True}, ["jobs"]),
+        ({"jobs": "2"}, ["jobs"]),
+    ],
+)
+def test_invalid_tables_name_the_problem_on_one_line(tmp_path, table, needles):
+    with pytest.raises(ConfigError) as info:
+        parse_table(table, tmp_path / "pyproject.toml")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "pyproject.toml" in message
+    for needle in needles:
+        assert needle in message
+
+
+def test_unknown_key_error_lists_known_keys(tmp_path):
+    with pytest.raises(ConfigError) as info:
+        parse_table({"bogus": 1, "other": 2}, tmp_path / "pyproject.toml")
+    assert "bogus, other" in str(info.value)
+    for key in KNOWN_KEYS:
+        assert key in str(info.value)
+
+
+def test_unreadable_or_missing_explicit_config(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(tmp_path / "missing.toml")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(write(tmp_path / "bad.toml", "x = \n"))
+    bad_utf8 = tmp_path / "pyproject.toml"
+    bad_utf8.write_bytes(b"[tool.invariant-check]\nselect = ['\xff']\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(bad_utf8)
