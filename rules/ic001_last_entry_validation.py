@@ -78,7 +78,8 @@ class LastEntryValidation(Rule):
     - `metadata-names` (globs, case-insensitive): names that hold attention metadata.
       Default `*metadata*`, `*attn_md*`, `*_md`, `md`.
     - `metadata-types` (globs): type names that mark a check as a metadata check whatever
-      the variable is called. Default `*Metadata`.
+      the variable is called. Default `*Metadata`, `*attn_types` (as in
+      `self.allowed_attn_types`).
     """
 
     CODE = "IC001"
@@ -90,7 +91,10 @@ class LastEntryValidation(Rule):
             ["*metadata*", "*attn_md*", "*_md", "md"],
             "globs for variable names that hold attention metadata",
         ),
-        "metadata-types": Option(["*Metadata"], "globs for metadata type names"),
+        "metadata-types": Option(
+            ["*Metadata", "*attn_types"],
+            "globs for the names of metadata types (or of the attribute holding them)",
+        ),
     }
 
     VALID = [
@@ -235,6 +239,34 @@ def propose(self, groups):
     assert isinstance(state, FlashAttentionMetadata)
 """,
             line=4,
+        ),
+        Invalid(
+            """
+def propose(self, groups):
+    for attn_group in self.draft_attn_groups:
+        attn_metadata, extra = attn_group.build()
+    assert isinstance(attn_metadata, FlashAttentionMetadata)
+""",
+            line=4,
+        ),
+        Invalid(
+            """
+def propose(self):
+    for attn_group in self.draft_attn_groups:
+        built = attn_group.build()
+    if not isinstance(built, self.allowed_attn_types):
+        raise ValueError("unsupported")
+""",
+            line=4,
+        ),
+        Invalid(
+            """
+def propose(self, groups):
+    mds = [g.build() for g in groups]
+    assert isinstance(mds[-1], FlashDraftMetadata)
+""",
+            line=3,
+            message_contains="last",
         ),
         Invalid(
             """
@@ -402,7 +434,7 @@ def propose(self, groups):
                     return
 
     def _report_subject(self, check, subject, state, types) -> bool:
-        shape = self._entry_shape(subject)
+        shape = self._entry_shape(subject, md_type=self._is_md_type(types))
         if shape:
             self._report_shape(check, *shape)
             return True
@@ -439,8 +471,9 @@ def propose(self, groups):
             hint=f"Check every entry: `for value in {collection}.values(): ...`.",
         )
 
-    def _entry_shape(self, expr) -> tuple[str, str] | None:
-        """('last'|'first', collection) for one-entry access shapes on metadata collections."""
+    def _entry_shape(self, expr, md_type: bool = False) -> tuple[str, str] | None:
+        """('last'|'first', collection) for one-entry access shapes on metadata collections
+        (a metadata-like name, or any collection when checked against a metadata type)."""
         # d[names[-1]] and d[-1]
         if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
             index = expr.slice[0].slice
@@ -454,14 +487,14 @@ def propose(self, groups):
                     and _is_minus_one(inner.slice[0].slice.value)
                 ):
                     coll = _values_source(base)
-                    if coll and self._is_md_name(coll.rsplit(".", 1)[-1]):
+                    if coll and (md_type or self._is_md_name(coll.rsplit(".", 1)[-1])):
                         return ("last", coll)
         # next(reversed(d...)) / next(iter(d...))
         if isinstance(expr, cst.Call) and dotted(expr.func) == "next" and expr.args:
             arg = expr.args[0].value
             if isinstance(arg, cst.Call) and dotted(arg.func) in ("reversed", "iter") and arg.args:
                 coll = _values_source(arg.args[0].value)
-                if coll and self._is_md_name(coll.rsplit(".", 1)[-1]):
+                if coll and (md_type or self._is_md_name(coll.rsplit(".", 1)[-1])):
                     return ("last" if dotted(arg.func) == "reversed" else "first", coll)
         return None
 
@@ -700,9 +733,8 @@ def _find_all(text: bytes, literal: bytes):
 
 def _has_shape(low: bytes, names: tuple[str, ...]) -> bool:
     before, after = _shape_context(names)
-    for pos in _find_all(low, b"-"):
-        hit = _MINUS_ONE.match(low, low.rfind(b"[", max(0, pos - 20), pos))
-        if hit and hit.end() > pos and before.search(low, max(0, hit.start() - 160), hit.start()):
+    for hit in _MINUS_ONE.finditer(low):  # starts with a literal: scanned at C speed
+        if before.search(low, max(0, hit.start() - 160), hit.start()):
             return True
     for pos in _find_all(low, b"next("):
         hit = _NEXT.match(low, pos)
@@ -747,19 +779,22 @@ def _at_line_start(text: bytes, pos: int) -> bool:
 
 
 @lru_cache(maxsize=16)
-def _md_matcher(globs: tuple[str, ...]):
-    lits = sorted(set(_literals(globs)), key=len)
+def _md_matcher(globs: tuple[str, ...], lower: bool = True):
+    if lower:
+        globs = tuple(g.lower() for g in globs)
+    lits = sorted({max(re.split(r"[*?\[\]]", g), key=len).encode() for g in globs}, key=len)
     minimal = [l for l in lits if not any(o != l and o in l for o in lits)]
     finder = re.compile(b"|".join(re.escape(l) for l in minimal) or b"(?!)")
-    full = re.compile(_glob_body(tuple(g.lower() for g in globs)))
+    full = re.compile(_glob_body(globs))
+    id_chars = _ID_CHARS | (frozenset() if lower else frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"))
 
     def names_in(text: bytes, start: int, end: int) -> set[bytes]:
         out = set()
         for mm in finder.finditer(text, start, end):
             a, b = mm.start(), mm.end()
-            while a > start and text[a - 1] in _ID_CHARS:
+            while a > start and text[a - 1] in id_chars:
                 a -= 1
-            while b < end and text[b] in _ID_CHARS:
+            while b < end and text[b] in id_chars:
                 b += 1
             ident = text[a:b]
             if full.fullmatch(ident):
@@ -771,7 +806,8 @@ def _md_matcher(globs: tuple[str, ...]):
 
 _FOR_PREFIX = re.compile(rb"[ \t]*(?:async[ \t]+)?for[ \t]")
 _TARGET_PREFIX = re.compile(rb"[\w, ()*\[\]\t]*\Z")
-_ASSIGN_SUFFIX = re.compile(rb"[ \t]*(?::[^\n=]+)?=(?!=)")
+# the name may be followed by more targets (`md, extra = ...`) or an annotation
+_ASSIGN_SUFFIX = re.compile(rb"[^\n=]*?(?<![<>!=])=(?!=)")
 
 
 def _bindings(low: bytes, subjects: set[bytes]):
@@ -794,35 +830,40 @@ def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) ->
     tests prove on fixtures and on six vLLM releases that it drops none."""
     low = source.lower()
     md_names, md_lits = _md_matcher(names)
-    ty_names, ty_lits = _md_matcher(types) if types else (None, ())
-    if not any(lit in low for lit in md_lits + ty_lits):
+    # metadata types are matched case-sensitively, as the rule does
+    ty_names, ty_lits = _md_matcher(types, lower=False) if types else (None, ())
+    has_md = any(lit in low for lit in md_lits)
+    has_ty = any(lit in source for lit in ty_lits)
+    if not (has_md or has_ty):
         return False
-    if _has_shape(low, names):
+    if has_md and _has_shape(low, names):
         return True
     if b"for " not in source:
         return False
     sites: list[tuple[int, set[bytes]]] = []
-    starts_of_checks = sorted(
-        [p for lit in (b"isinstance(", b"type(") for p in _find_all(low, lit)]
-        + [p for p in _find_all(low, b"assert") if _at_line_start(low, p)]
-    )
-    for start in starts_of_checks:
-        end = _statement_end(low, start)
-        if low.startswith(b"assert", start):
-            found = md_names(low, start, end)
-        else:
-            # isinstance(x, T) / type(x): the rule looks at the subject's root name only
+    for lit in (b"isinstance(", b"type("):
+        for start in _find_all(low, lit):
             sub = _SUBJECT.match(low, start)
-            found = set()
-            if sub:
-                root = sub.group(1)
-                if md_names(root, 0, len(root)) or (
-                    ty_names is not None and ty_names(low, sub.end(), end)
-                ):
-                    found.add(root)
-        if found:
-            sites.append((start, found))
-    for raise_pos in _find_all(low, b"raise"):
+            if not sub:
+                continue
+            root = sub.group(1)
+            # the rule looks at the subject's root name, or at a metadata type in the call
+            if md_names(root, 0, len(root)):
+                sites.append((start, {root}))
+            elif has_ty:
+                end = _statement_end(source, start)
+                if ty_names(source, sub.end(), end):
+                    window = low[start:end]
+                    if _MINUS_ONE.search(window) or b"next(" in window:
+                        return True  # a one-entry shape checked against a metadata type
+                    sites.append((start, {root}))
+    if has_md:
+        for start in _find_all(low, b"assert"):
+            if _at_line_start(low, start):
+                found = md_names(low, start, _statement_end(low, start))
+                if found:
+                    sites.append((start, found))
+    for raise_pos in _find_all(low, b"raise") if has_md else ():
         if not _at_line_start(low, raise_pos):
             continue
         lo = raise_pos
