@@ -1,0 +1,222 @@
+"""The prefilter and the result cache are optimisations: they must never change findings.
+
+Every test compares runs of the real CLI on the same tree: default (prefilter + cache), cold and
+warm; `--no-cache`; `--no-prefilter`; both off. The tree has findings in several files, a
+cross-file base class with the compaction (in a file that only a fact trigger reaches), and base
+classes without it in files that hold no trigger substring at all (only the cross-file expansion
+reaches them: if it missed them, two findings would vanish).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
+from ic_support import EXPECTED_FLAGGED, RULE, TREE, assert_no_traceback, clean_env, run_cli, write_tree  # noqa: E402
+
+from invariant_check.cache import Cache, config_key  # noqa: E402
+from invariant_check.engine import Engine  # noqa: E402
+from invariant_check.registry import all_rules  # noqa: E402
+
+
+def lint(tree: Path, *args: str) -> dict:
+    run = run_cli("lint", "--format", "json", "--jobs", "1", *args, ".", cwd=tree)
+    assert_no_traceback(run)
+    assert run.code in (0, 1), run.err
+    return json.loads(run.out)
+
+
+def modes(tree: Path, *args: str) -> dict[str, dict]:
+    """The same lint in every mode; the cache ones twice (cold, then warm)."""
+    out = {}
+    out["cached-cold"] = lint(tree, *args)
+    out["cached-warm"] = lint(tree, *args)
+    out["no-cache"] = lint(tree, "--no-cache", *args)
+    out["no-prefilter"] = lint(tree, "--no-cache", "--no-prefilter", *args)
+    out["no-prefilter-cached"] = lint(tree, "--no-prefilter", *args)
+    out["no-prefilter-warm"] = lint(tree, "--no-prefilter", *args)
+    return out
+
+
+def assert_same(results: dict[str, dict]) -> list[dict]:
+    reference = results["no-prefilter"]["findings"]
+    for name, doc in results.items():
+        assert doc["findings"] == reference, f"{name} differs from a full parse without cache"
+        assert doc["errors"] == results["no-prefilter"]["errors"], name
+    return reference
+
+
+@pytest.fixture
+def tree(tmp_path):
+    return write_tree(tmp_path)
+
+
+def test_same_findings_in_every_mode(tree):
+    results = modes(tree, "--select", RULE)
+    found = assert_same(results)
+    assert {f["path"] for f in found} == EXPECTED_FLAGGED
+    # and the optimisations were really in play: the prefilter skipped files, the warm run
+    # parsed nothing
+    assert results["no-cache"]["summary"]["files_parsed"] < results["no-prefilter"]["summary"]["files_parsed"]
+    assert results["cached-warm"]["summary"]["files_parsed"] == 0
+    assert results["no-prefilter-warm"]["summary"]["files_parsed"] == 0
+
+
+def test_same_findings_with_every_rule(tree):
+    # the other rules' prefilters and facts run too; none may disturb the others' findings
+    assert_same(modes(tree))
+
+
+def test_edit_invalidates_by_content(tree):
+    first = lint(tree, "--select", RULE)
+    assert "pkg/good.py" not in {f["path"] for f in first["findings"]}
+    # the base loses its compaction: good.py becomes a finding though good.py itself is unchanged
+    base = tree / "pkg" / "base.py"
+    base.write_text(base.read_text().replace("compact_topk_indices", "compact_other"))
+    after = modes(tree, "--select", RULE)
+    found = assert_same(after)
+    assert "pkg/good.py" in {f["path"] for f in found}
+
+
+def test_stat_memo_never_hides_an_edit(tree):
+    # Files older than the memo's safety window are memoised by (size, mtime); newer ones
+    # (here: a future mtime, as a coarse clock or a racing editor would leave) are re-hashed.
+    # All mtimes are set explicitly, so nothing depends on how fast the runs are.
+    import time
+
+    old = time.time_ns() - 1000 * 10**9
+    for path in tree.rglob("*.py"):
+        os.utime(path, ns=(old, old))
+    lint(tree, "--select", RULE)
+    bad = tree / "pkg" / "bad.py"
+    text = bad.read_text()
+    # same size, new mtime: the memo no longer matches
+    bad.write_text(text.replace("class Bad(", "class Bax("))
+    racy = time.time_ns() + 3600 * 10**9
+    os.utime(bad, ns=(racy, racy))
+    assert any("`Bax`" in f["message"] for f in lint(tree, "--select", RULE)["findings"])
+    # same size and the very same (recent) mtime: only re-hashing can see this edit
+    bad.write_text(text.replace("class Bad(", "class Bay("))
+    os.utime(bad, ns=(racy, racy))
+    found = lint(tree, "--select", RULE)["findings"]
+    assert any("`Bay`" in f["message"] for f in found)
+    assert found == lint(tree, "--select", RULE, "--no-cache")["findings"]
+
+
+def test_new_and_deleted_files(tree):
+    lint(tree, "--select", RULE)
+    (tree / "pkg" / "many" / "m0.py").unlink()
+    (tree / "pkg" / "new.py").write_text((tree / "pkg" / "bad.py").read_text().replace("Bad", "New"))
+    results = modes(tree, "--select", RULE)
+    found = {f["path"] for f in assert_same(results)}
+    assert "pkg/many/m0.py" not in found and "pkg/new.py" in found
+
+
+def test_option_change_changes_the_cache_key(tree):
+    cache_dir = tree / ".invariant-check-cache"
+    default = lint(tree, "--select", RULE)
+    keys_before = {p.name for p in cache_dir.glob("*.json")}
+    (tree / "pkg" / "alt.py").write_text(
+        "import torch.nn as nn\n\nclass Alt(nn.Module):\n    def use_shared(self, on):\n        self.on = on\n"
+    )
+    (tree / "pyproject.toml").write_text('[tool.invariant-check.options.IC003]\nswitch-method = "use_shared"\n')
+    results = modes(tree, "--select", RULE)
+    found = {f["path"] for f in assert_same(results)}
+    assert found == {"pkg/alt.py"}  # the old switch method is no longer flagged
+    keys_after = {p.name for p in cache_dir.glob("*.json")}
+    assert keys_after - keys_before, "an option change must use a new cache file"
+    # back to the defaults: the old cache is valid again and gives the old findings
+    (tree / "pyproject.toml").unlink()
+    again = lint(tree, "--select", RULE)
+    assert again["findings"] == lint(tree, "--select", RULE, "--no-cache")["findings"]
+    assert {f["path"] for f in again["findings"]} == {f["path"] for f in default["findings"]}
+
+
+def test_rule_selection_changes_the_cache_key():
+    opts = {c: r.default_options() for c, r in all_rules().items()}
+    assert config_key([RULE], {RULE: opts[RULE]}) != config_key(list(opts), opts)
+    changed = dict(opts[RULE], **{"switch-method": "x"})
+    assert config_key([RULE], {RULE: opts[RULE]}) != config_key([RULE], {RULE: changed})
+
+
+def test_identical_files_keep_their_own_paths(tmp_path):
+    # two files with the same bytes share a content hash; a warm run must still report each
+    body = TREE["pkg/bad.py"]
+    tree = write_tree(tmp_path, {"a/one.py": body, "b/two.py": body})
+    cold = lint(tree, "--select", RULE)
+    warm = lint(tree, "--select", RULE)
+    assert {f["path"] for f in cold["findings"]} == {"a/one.py", "b/two.py"}
+    assert warm["findings"] == cold["findings"]
+    assert warm["summary"]["files_parsed"] == 0
+
+
+def test_damaged_cache_is_ignored(tree):
+    reference = lint(tree, "--select", RULE, "--no-cache")["findings"]
+    lint(tree, "--select", RULE)
+    (cache_file,) = (tree / ".invariant-check-cache").glob("*.json")
+    for damage in ("{not json", "[]", '{"format": 2, "stat": [], "entries": 3}',
+                   '{"format": 2, "stat": {}, "entries": {"x": 5, "y": {"m": 3, "r": 1}}}'):
+        cache_file.write_text(damage)
+        assert lint(tree, "--select", RULE)["findings"] == reference, damage
+    # entries of the right outer shape but wrong inner shape
+    data = json.loads(cache_file.read_text())
+    for entry in data["entries"].values():
+        if "r" in entry:
+            entry["r"] = {path: {"candidates": [[1, 2]], "facts": 3} for path in entry["r"]}
+        entry["x"] = []
+    cache_file.write_text(json.dumps(data))
+    assert lint(tree, "--select", RULE)["findings"] == reference
+
+
+def test_cache_from_another_folder_is_not_confused(tree, tmp_path_factory):
+    # the same tree seen from another current folder has other display paths
+    shared = tmp_path_factory.mktemp("shared-cache")
+    env = clean_env(INVARIANT_CHECK_CACHE_DIR=str(shared))
+    top = run_cli("lint", "--select", RULE, "--format", "json", ".", cwd=tree, env=env)
+    inner = run_cli("lint", "--select", RULE, "--format", "json", ".", cwd=tree / "pkg", env=env)
+    top_paths = {f["path"] for f in json.loads(top.out)["findings"]}
+    inner_paths = {f["path"] for f in json.loads(inner.out)["findings"]}
+    assert inner_paths == {p.removeprefix("pkg/") for p in top_paths}
+
+
+# -- the engine alone: prefilter on/off over the rules' own examples ------------------------------
+
+
+def _engine(tmp: Path, *, prefilter: bool, cache: Cache | None = None) -> Engine:
+    rules = list(all_rules().values())
+    options = {r.CODE: r.default_options() for r in rules}
+    return Engine(rules, options, prefilter=prefilter, jobs=1, cache=cache, root=tmp, cwd=tmp)
+
+
+def test_engine_prefilter_equivalence_on_all_rule_examples(tmp_path):
+    # every rule's examples in one tree: rules see each other's files, as on a real checkout
+    tree = {}
+    for code, rule in all_rules().items():
+        for kind, examples in (("valid", rule.VALID), ("invalid", rule.INVALID)):
+            for i, ex in enumerate(examples):
+                if ex.options:
+                    continue  # options differ per example; the tree runs with defaults
+                folder = f"{code}_{kind}_{i}"
+                tree[f"{folder}/example.py"] = ex.code
+                for name, body in ex.files.items():
+                    tree[f"{folder}/{name}"] = body
+    write_tree(tmp_path, tree)
+    files = sorted(tmp_path.rglob("*.py"))
+    full = _engine(tmp_path, prefilter=False).lint(files)
+    assert not full.errors
+    filtered = _engine(tmp_path, prefilter=True).lint(files)
+    cache = Cache(tmp_path / "cache", "k")
+    cached_cold = _engine(tmp_path, prefilter=True, cache=cache).lint(files)
+    warm_cache = Cache(tmp_path / "cache", "k")
+    warm_cache.load()
+    cached_warm = _engine(tmp_path, prefilter=True, cache=warm_cache).lint(files)
+    assert filtered.findings == full.findings
+    assert cached_cold.findings == full.findings
+    assert cached_warm.findings == full.findings
+    assert cached_warm.files_parsed == 0
+    assert full.findings, "the invalid examples must produce findings"
