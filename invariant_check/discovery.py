@@ -93,8 +93,11 @@ def discover(
 
         if stat_mod.S_ISDIR(st.st_mode):
             _walk(abspath, root, user, default, add, out, cwd)
-        else:
+        elif stat_mod.S_ISREG(st.st_mode):
             add(abspath)
+        else:
+            # a FIFO would block the read forever; a device is not source code
+            out.errors.append(FileError(shown, "cannot read: not a regular file"))
     return out
 
 
