@@ -1,0 +1,224 @@
+"""Overhead of invariant-check's runtime guards (a benchmark, not a test).
+
+1. Guards off: run register() with INVARIANT_CHECK_GUARDS unset in a fresh interpreter, import
+   every target module, and compare every function attribute of every class in them with a run
+   where register() was never called: nothing may differ and no import hook may be installed.
+2. Cost per guarded call on the real DeepSeek V3.2 MTP predictor of the installed vLLM (CPU,
+   index_topk 2048 as in the released model): set_skip_topk, compact_topk_indices, the forward
+   wrapper's bookkeeping, build_per_group_and_layer_attn_metadata; then per draft proposal
+   (3 speculative tokens) with guards on versus off.
+
+Usage: .venv/bin/python bench/guards_overhead.py [--repeat N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+SNAPSHOT = r"""
+import hashlib, importlib, inspect, json, os, sys
+if os.environ.get("BENCH_REGISTER") == "1":
+    from invariant_check.runtime_guards import plugin
+    plugin.register()
+from invariant_check.runtime_guards.targets import KNOWN_TARGETS, scan_topk_classes
+import importlib.util
+root = list(importlib.util.find_spec("vllm").submodule_search_locations)[0]
+mods = sorted({t.module for t in KNOWN_TARGETS} | {m for m, _ in scan_topk_classes(root)})
+ok = []
+for m in mods:
+    try:
+        importlib.import_module(m); ok.append(m)
+    except Exception:
+        pass
+snap = {}
+for m in ok:
+    mod = sys.modules[m]
+    for name, val in vars(mod).items():
+        if inspect.isclass(val) and val.__module__ == m:
+            for attr, fn in vars(val).items():
+                if callable(fn):
+                    code = getattr(fn, "__code__", None)
+                    snap[f"{m}:{name}.{attr}"] = f"{getattr(fn, '__module__', '?')}:{code.co_filename if code else '?'}:{getattr(fn, '__invariant_check_wrapped__', False)}"
+        elif callable(val) and getattr(val, "__module__", "") and name == "set_forward_context":
+            snap[f"{m}:{name}"] = getattr(val, "__module__", "?")
+hooks = [type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith("invariant_check")]
+print("SNAPSHOT " + json.dumps({"modules": ok, "attrs": snap, "hooks": hooks}))
+"""
+
+
+def snapshot(register: bool, guards: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INVARIANT_CHECK_")}
+    env["VLLM_CONFIGURE_LOGGING"] = "0"
+    if register:
+        env["BENCH_REGISTER"] = "1"
+    if guards is not None:
+        env["INVARIANT_CHECK_GUARDS"] = guards
+    out = subprocess.run([sys.executable, "-c", SNAPSHOT], capture_output=True, text=True, env=env, timeout=600)
+    line = next(l for l in out.stdout.splitlines() if l.startswith("SNAPSHOT "))
+    return json.loads(line[len("SNAPSHOT "):])
+
+
+def proof_guards_off() -> dict:
+    base = snapshot(register=False, guards=None)
+    off = snapshot(register=True, guards=None)
+    on = snapshot(register=True, guards="1")
+    changed_off = sorted(k for k in base["attrs"] if off["attrs"].get(k) != base["attrs"][k])
+    changed_on = sorted(k for k in base["attrs"] if on["attrs"].get(k) != base["attrs"][k])
+    return {
+        "modules_imported": len(base["modules"]),
+        "class_attributes_compared": len(base["attrs"]),
+        "replaced_with_guards_off": changed_off,
+        "import_hooks_with_guards_off": off["hooks"],
+        "replaced_with_guards_on": len(changed_on),
+        "import_hooks_with_guards_on": on["hooks"],
+    }
+
+
+def timeit(fn, repeat: int, inner: int) -> float:
+    """Median seconds per call."""
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        samples.append((time.perf_counter() - t) / inner)
+    return statistics.median(samples)
+
+
+def per_call_costs(repeat: int) -> dict:
+    sys.path.insert(0, str(REPO / "tests" / "guards"))
+    import torch
+    from tiny_model import build_tiny_deepseek_mtp
+    from v32_module import build_v32_mtp, write_v32_config
+
+    from invariant_check.runtime_guards import patcher, topk_layout
+    from invariant_check.runtime_guards.config import GUARD_NAMES, GuardConfig
+
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="ic-bench-"))
+    model_dir = build_tiny_deepseek_mtp(tmp / "tiny")
+    cfg, model, stack = build_v32_mtp(write_v32_config(model_dir, tmp / "v32", index_topk=2048), "nvidia",
+                                      max_num_batched_tokens=1024)
+    inner = model.model
+    cls = type(inner)
+    buf = inner.layers["1"].mtp_block.self_attn.topk_indices_buffer
+    buf.copy_(torch.arange(buf.numel(), dtype=torch.int32).view_as(buf) % 100000)
+
+    from vllm.forward_context import set_forward_context
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+    from vllm.v1.worker.utils import AttentionGroup
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
+
+    class Builder:  # stand-in for a GPU backend's metadata builder
+        def build_for_drafting(self, cad, draft_index):
+            return object.__new__(TritonAttentionMetadata)
+
+    def proposer(groups):
+        p = SpecDecodeBaseProposer.__new__(SpecDecodeBaseProposer)
+        p.draft_attn_groups = [AttentionGroup(backend=None, layer_names=[f"l{g}.{i}" for i in range(2)],
+                                              kv_cache_spec=None, kv_cache_group_id=g, metadata_builders=[Builder()])
+                               for g in range(groups)]
+        p.allowed_attn_types, p.num_speculative_tokens = (TritonAttentionMetadata,), 3
+        return p
+
+    def noop_forward(self, input_ids=None, positions=None, **kw):
+        return None
+
+    results: dict = {"buffer_shape": list(buf.shape), "torch_threads": 1}
+
+    def measure(label_on: bool):
+        if label_on:
+            patcher.install(GuardConfig(guards=frozenset(GUARD_NAMES), mode="raise"))
+        topk_layout.reset_states()
+        fwd = topk_layout.wrap_forward(noop_forward, cls) if label_on else noop_forward
+        r = {}
+        r["set_skip_topk"] = timeit(lambda: inner.set_skip_topk(False), repeat, 2000)
+        for n in (4, 64, 256):
+            qsl = list(range(0, 4 * n + 1, 4))
+            ids = torch.tensor([q - 1 for q in qsl[1:]], dtype=torch.int32)
+
+            class Md:
+                query_start_loc = torch.tensor(qsl, dtype=torch.int32)
+
+            ids_in = torch.arange(4 * n)
+
+            def one_compaction():
+                inner.set_skip_topk(False)
+                fwd(inner, input_ids=ids_in)
+                inner.set_skip_topk(True)
+                inner.compact_topk_indices(ids)
+
+            with set_forward_context({"x": Md()}, cfg, num_tokens=4 * n):
+                base_skip = r["set_skip_topk"]
+                t_all = timeit(one_compaction, repeat, 50)
+                t_fwd = timeit(lambda: fwd(inner, input_ids=ids_in), repeat, 2000)
+            r[f"compact_topk_indices[{n} requests]"] = t_all - 2 * base_skip - t_fwd
+            r[f"forward_bookkeeping[{n} requests]"] = t_fwd
+            r[f"proposal_k3[{n} requests]"] = None  # filled below
+            # One proposal with 3 speculative tokens: set_skip(F), fwd, set_skip(T), compact,
+            # 2 reuse fwds, and 3 metadata builds (1 group).
+            p1 = proposer(1)
+            t_build = timeit(lambda: p1.build_per_group_and_layer_attn_metadata(None, 1), repeat, 2000)
+            r[f"proposal_k3[{n} requests]"] = t_all + 2 * t_fwd + 3 * t_build
+        for g in (1, 4):
+            pg = proposer(g)
+            r[f"build_per_group_and_layer_attn_metadata[{g} groups]"] = timeit(
+                lambda: pg.build_per_group_and_layer_attn_metadata(None, 1), repeat, 2000)
+        if label_on:
+            patcher.uninstall()
+        return r
+
+    off = measure(False)
+    on = measure(True)
+    rows = []
+    for key in off:
+        rows.append({"call": key, "off_us": round(off[key] * 1e6, 2), "on_us": round(on[key] * 1e6, 2),
+                     "added_us": round((on[key] - off[key]) * 1e6, 2)})
+    results["rows"] = rows
+    stack.close()
+    return results
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=7)
+    ap.add_argument("--skip-proof", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    out = {}
+    if not args.skip_proof:
+        out["guards_off"] = proof_guards_off()
+    out["per_call"] = per_call_costs(args.repeat)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    if "guards_off" in out:
+        p = out["guards_off"]
+        print("== guards off: nothing replaced ==")
+        print(f"target modules imported: {p['modules_imported']}, class attributes compared: {p['class_attributes_compared']}")
+        print(f"replaced with INVARIANT_CHECK_GUARDS unset: {len(p['replaced_with_guards_off'])} {p['replaced_with_guards_off'][:5]}")
+        print(f"import hooks with guards off: {p['import_hooks_with_guards_off']}")
+        print(f"(for contrast, guards on: {p['replaced_with_guards_on']} attributes replaced, hooks {p['import_hooks_with_guards_on']})")
+    pc = out["per_call"]
+    print(f"\n== cost per call, CPU, 1 torch thread, real V3.2 MTP predictor, buffer {pc['buffer_shape']} int32 ==")
+    print(f"{'call':52} {'off us':>10} {'on us':>10} {'added us':>10}")
+    for r in pc["rows"]:
+        print(f"{r['call']:52} {r['off_us']:>10} {r['on_us']:>10} {r['added_us']:>10}")
+    ok = not out.get("guards_off", {}).get("replaced_with_guards_off") and not out.get("guards_off", {}).get("import_hooks_with_guards_off")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
