@@ -220,3 +220,33 @@ def test_engine_prefilter_equivalence_on_all_rule_examples(tmp_path):
     assert cached_warm.findings == full.findings
     assert cached_warm.files_parsed == 0
     assert full.findings, "the invalid examples must produce findings"
+
+
+def test_large_tree_same_findings_serial_and_parallel(tmp_path):
+    # Past a size threshold the engine also scans and prefilters in worker processes; the
+    # findings must not depend on that, cold or warm, with or without the prefilter.
+    from invariant_check import engine as engine_mod
+
+    filler = getattr(engine_mod, "PARALLEL_SCAN_MIN_FILES", 400) + 20
+    tree = dict(TREE)
+    for i in range(filler):
+        tree[f"filler/f{i // 50}/mod{i}.py"] = f"def f{i}(x):\n    return x + {i}\n"
+    write_tree(tmp_path, tree)
+    serial = lint(tmp_path, "--select", RULE, "--no-cache")  # lint() passes --jobs 1
+
+    def parallel(*args: str) -> dict:
+        run = run_cli("lint", "--format", "json", "--select", RULE, "--jobs", "2", *args, ".", cwd=tmp_path)
+        assert_no_traceback(run)
+        return json.loads(run.out)
+
+    runs = {
+        "parallel-no-cache": parallel("--no-cache"),
+        "parallel-cold": parallel(),
+        "parallel-warm": parallel(),
+        "parallel-no-prefilter": parallel("--no-cache", "--no-prefilter"),
+    }
+    assert {f["path"] for f in serial["findings"]} == EXPECTED_FLAGGED
+    for name, doc in runs.items():
+        assert doc["findings"] == serial["findings"], name
+        assert doc["summary"]["files_checked"] == serial["summary"]["files_checked"], name
+    assert runs["parallel-warm"]["summary"]["files_parsed"] == 0
