@@ -69,6 +69,8 @@ class Cache:
     def remember(self, path: str, st: os.stat_result, file_digest: str) -> None:
         if st.st_mtime < self._now - 2:
             self.stat_memo[path] = [st.st_size, st.st_mtime_ns, file_digest]
+        else:
+            self.stat_memo.pop(path, None)  # too recent to trust; and the old memo is stale
         self.dirty = True
 
     def entry(self, file_digest: str) -> dict[str, Any]:
@@ -83,9 +85,16 @@ class Cache:
         if not self.dirty:
             return None
         if live_digests is not None:
-            # keep the cache the size of the tree, not of its history
-            self.entries = {d: e for d, e in self.entries.items() if d in live_digests}
-            self.stat_memo = {p: m for p, m in self.stat_memo.items() if m[2] in self.entries}
+            # Keep the cache the size of the tree, not of its history: what this run used, and
+            # what the memos of files outside this run point to, so that a run over a few files
+            # (pre-commit passes only the changed ones) does not empty the whole tree's cache.
+            # Memos of deleted files go; only those outside this run cost a stat.
+            memo = {
+                p: m for p, m in self.stat_memo.items() if m[2] in live_digests or os.path.exists(p)
+            }
+            keep = set(live_digests) | {m[2] for m in memo.values()}
+            self.entries = {d: e for d, e in self.entries.items() if d in keep}
+            self.stat_memo = {p: m for p, m in memo.items() if m[2] in self.entries}
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             gitignore = self.directory / ".gitignore"

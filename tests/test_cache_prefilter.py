@@ -250,3 +250,38 @@ def test_large_tree_same_findings_serial_and_parallel(tmp_path):
         assert doc["findings"] == serial["findings"], name
         assert doc["summary"]["files_checked"] == serial["summary"]["files_checked"], name
     assert runs["parallel-warm"]["summary"]["files_parsed"] == 0
+
+
+def test_partial_run_keeps_the_rest_of_the_cache(tree):
+    # pre-commit lints only the changed files; that must not throw away the warm cache of the
+    # whole tree. Files are aged so that the stat memo trusts them (as in a real checkout).
+    import time
+
+    old = time.time_ns() - 1000 * 10**9
+    for path in tree.rglob("*.py"):
+        os.utime(path, ns=(old, old))
+    full = lint(tree, "--select", RULE)
+    assert lint(tree, "--select", RULE)["summary"]["files_parsed"] == 0
+    (tree / "pkg" / "bad.py").write_text((tree / "pkg" / "bad.py").read_text() + "\n# edited\n")
+    run = run_cli("lint", "--select", RULE, "--jobs", "1", "pkg/bad.py", cwd=tree)
+    assert run.code == 1
+    again = lint(tree, "--select", RULE)
+    assert again["findings"] == full["findings"]
+    assert again["summary"]["files_parsed"] <= 1  # at most the edited file, not the tree
+
+
+def test_deleted_files_leave_the_cache(tree):
+    import time
+
+    old = time.time_ns() - 1000 * 10**9
+    for path in tree.rglob("*.py"):
+        os.utime(path, ns=(old, old))
+    lint(tree, "--select", RULE)
+    (cache_file,) = (tree / ".invariant-check-cache").glob("*.json")
+    assert str(tree / "pkg" / "many" / "m3.py") in json.loads(cache_file.read_text())["stat"]
+    (tree / "pkg" / "many" / "m3.py").unlink()
+    (tree / "pkg" / "touch.py").write_text("x = 1\n")  # something new, so the run saves
+    lint(tree, "--select", RULE)
+    stat = json.loads(cache_file.read_text())["stat"]
+    assert str(tree / "pkg" / "many" / "m3.py") not in stat
+    assert str(tree / "pkg" / "many" / "m2.py") in stat
