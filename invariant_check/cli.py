@@ -45,10 +45,19 @@ def main() -> None:
 @click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every file (for testing the prefilter).")
 def lint(**kwargs):
     """Lint PATHS (files or folders; default: the current folder)."""
+    _guarded(_lint, **kwargs)
+
+
+def _guarded(func, /, *args, **kwargs):
+    """Runs a command body; whatever goes wrong is one line on stderr and exit 2, never a
+    traceback (set INVARIANT_CHECK_DEBUG=1 to see it)."""
     try:
-        _lint(**kwargs)
-    except (SystemExit, KeyboardInterrupt, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+        return func(*args, **kwargs)
+    except (SystemExit, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
         raise
+    except KeyboardInterrupt:
+        # click would print "Aborted!" and exit 1, which reads as "findings"
+        _fail("interrupted")
     except BrokenPipeError:
         # `invariant-check lint | head`: the reader left; say nothing more.
         _quiet_stdout()
@@ -56,7 +65,6 @@ def lint(**kwargs):
     except Exception as exc:
         if os.environ.get("INVARIANT_CHECK_DEBUG"):
             raise
-        # Never a traceback: one line, exit 2 (set INVARIANT_CHECK_DEBUG=1 for the traceback).
         detail = " ".join(str(exc).split())
         _fail(f"internal error: {type(exc).__name__}" + (f": {detail}" if detail else ""))
 
@@ -139,6 +147,10 @@ def _lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def rules_cmd(fmt):
     """List every rule: code, name and summary."""
+    _guarded(_rules, fmt)
+
+
+def _rules(fmt):
     from .registry import all_rules
 
     rules = all_rules()
@@ -156,6 +168,10 @@ def rules_cmd(fmt):
 @click.argument("rule")
 def explain(rule):
     """Print a rule's documentation and examples (RULE: code or name)."""
+    _guarded(_explain, rule)
+
+
+def _explain(rule):
     from .registry import all_rules, resolve_code
 
     codes = resolve_code(rule)

@@ -439,3 +439,44 @@ def test_internal_error_is_one_line(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert result.stderr == "invariant-check: error: internal error: RuntimeError: boom second line\n"
     assert isinstance(result.exception, SystemExit)
+
+
+@pytest.mark.parametrize("args", [["rules"], ["explain", "IC003"], ["lint", "--no-cache", "."]])
+def test_broken_rule_package_is_one_line_everywhere(tmp_path, monkeypatch, args):
+    # e.g. a rule module that fails to import: every command says so in one line, exit 2
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("INVARIANT_CHECK_DEBUG", raising=False)
+
+    def broken():
+        raise ImportError("cannot import name 'x' from 'invariant_check.rules.ic999'")
+
+    monkeypatch.setattr("invariant_check.registry.all_rules", broken)
+    result = CliRunner().invoke(cli_module.main, args)
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("invariant-check: error: internal error: ImportError: cannot import name")
+    assert result.stderr.count("\n") == 1
+
+
+def test_interrupt_is_exit_2_not_findings(tmp_path, monkeypatch):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    monkeypatch.chdir(tmp_path)
+
+    def interrupted(self, files):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("invariant_check.engine.Engine.lint", interrupted)
+    result = CliRunner().invoke(cli_module.main, ["lint", "--no-cache", "."])
+    assert result.exit_code == 2
+    assert result.stderr == "invariant-check: error: interrupted\n"
+
+
+def test_debug_env_shows_the_real_exception(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("INVARIANT_CHECK_DEBUG", "1")
+
+    def explode(self, files):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr("invariant_check.engine.Engine.lint", explode)
+    result = CliRunner().invoke(cli_module.main, ["lint", "--no-cache", "."])
+    assert isinstance(result.exception, RuntimeError)
