@@ -57,11 +57,11 @@ KNOWN_TARGETS: tuple[KnownTarget, ...] = (
     KnownTarget(TOPK_LAYOUT, "vllm.v1.spec_decode.llm_base_proposer", "SpecDecodeBaseProposer.load_model",
                 "0.20-0.33", "buffer holders checked after the draft model loads"),
     KnownTarget(TOPK_LAYOUT, "vllm.v1.worker.gpu.spec_decode.mtp.speculator", "MTPSpeculator.on_prefill_end",
-                "0.25-0.33", "model runner v2 hooks"),
+                "0.32-0.33", "model runner v2 hooks (earlier v2 MTP had no index sharing)"),
     KnownTarget(TOPK_LAYOUT, "vllm.v1.worker.gpu.spec_decode.mtp.speculator", "MTPSpeculator.capture",
-                "0.25-0.33", "model runner v2: no false alarm on all-zero ids during capture"),
+                "0.32-0.33", "model runner v2: no false alarm on all-zero ids during capture"),
     KnownTarget(TOPK_LAYOUT, "vllm.v1.worker.gpu.spec_decode.mtp.speculator", "MTPSpeculator.load_draft_model",
-                "0.25-0.33", "model runner v2: buffer holders checked after load"),
+                "0.24-0.33", "model runner v2: buffer holders checked after load"),
 )
 
 
