@@ -201,18 +201,19 @@ def _fresh_venv(path: Path, python: str) -> Path:
     return path / "bin"
 
 
-PYTHONS = [pytest.param(sys.executable, id="current")]
-if sys.version_info[:2] != (3, 10):
-    PYTHONS.insert(0, pytest.param("3.10", id="py3.10"))
+# The oldest supported Python and the newest one here, besides the one running the tests.
+PYTHONS = [pytest.param(sys.executable, id="current")] + [
+    pytest.param(v, id=f"py{v}") for v in ("3.10", "3.12") if sys.version_info[:2] != tuple(map(int, v.split(".")))
+]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("python", PYTHONS)
 def test_wheel_installs_and_lints_in_a_fresh_venv(python, wheel, tmp_path):
-    if python == "3.10":
-        python = _find_python("3.10")
+    if python in ("3.10", "3.12"):
+        version, python = python, _find_python(python)
         if python is None:
-            pytest.skip("no Python 3.10 interpreter here (the oldest one supported)")
+            pytest.skip(f"no Python {version} interpreter here")
     bindir = _fresh_venv(tmp_path / "venv", python)
     _run([bindir / "python", "-m", "pip", "install", "-q", wheel], cwd=tmp_path)
     work = tmp_path / "outside"  # a cwd outside the repository: nothing importable by accident
