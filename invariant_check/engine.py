@@ -8,6 +8,7 @@ import fnmatch
 import multiprocessing
 import os
 import re
+import stat
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -136,6 +137,9 @@ class Engine:
     def _scan(self, s: _FileState) -> FileError | None:
         try:
             st = os.stat(s.path)
+            if not stat.S_ISREG(st.st_mode):
+                # a FIFO would block the read below forever; a device is not source code
+                return FileError(s.shown, "cannot read: not a regular file")
             cached = self.cache.digest_for(str(s.path), st) if self.cache else None
             if cached is not None:
                 entry = self.cache.entries[cached]
@@ -327,6 +331,8 @@ class Engine:
             for s in states:
                 if not s.has_marker or sups_for(s.shown).skip_file:
                     continue  # a skipped file's comments had no chance to be used
+                if s.result is not None and s.result.error is not None:
+                    continue  # nor had those of a file that could not be parsed
                 for sup in sups_for(s.shown).all():
                     if sup.used:
                         continue

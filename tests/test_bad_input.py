@@ -358,3 +358,12 @@ def test_cli_never_raises(sources):
         doc = json.loads(result.stdout)
         assert len(doc["errors"]) <= len(sources)
         assert (result.exit_code == 2) == bool(doc["errors"])
+
+
+def test_fifo_given_to_the_engine(tmp_path):
+    # library callers skip discovery: the engine itself must not block on a FIFO
+    os.mkfifo(tmp_path / "pipe.py")
+    (tmp_path / "ok.py").write_text(BAD_CLASS)
+    result = _engine(tmp_path).lint([tmp_path / "pipe.py", tmp_path / "ok.py"])
+    assert result.errors == [FileError("pipe.py", "cannot read: not a regular file")]
+    assert [f.path for f in result.findings] == ["ok.py"]

@@ -170,3 +170,12 @@ def test_parse_untokenizable_file_falls_back_to_lines():
 def test_parse_bom_and_crlf():
     sups = suppressions.parse(b"\xef\xbb\xbf# invariant-check: skip-file\r\nx = 1\r\n")
     assert sups.skip_file
+
+
+def test_unused_ignores_in_an_unparseable_file_are_not_reported(tmp_path):
+    (tmp_path / "m.py").write_text("def set_skip_topk(:  # invariant-check: ignore[IC003]\n")
+    run = run_cli("lint", "--select", RULE, "--warn-unused-ignores", "--format", "json", "--no-cache", ".", cwd=tmp_path)
+    assert_no_traceback(run)
+    doc = json.loads(run.out)
+    assert run.code == 2 and [e["path"] for e in doc["errors"]] == ["m.py"]
+    assert doc["findings"] == []
