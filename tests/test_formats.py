@@ -218,3 +218,12 @@ def test_text_error_lines_go_to_stderr_one_per_file(tmp_path):
     assert len(lines) == 2
     assert re.match(r"^a\.py:1:\d+: error: syntax error: ", lines[0])
     assert lines[1].startswith("b.py: error: cannot decode")
+
+
+def test_text_caret_lines_up_after_tabs(tmp_path):
+    (tmp_path / "tabs.py").write_text(BAD_CLASS.replace("class Predictor", "class\tPredictor"))
+    run = run_cli("lint", "--select", RULE, "--show-source", "--no-cache", "tabs.py", cwd=tmp_path)
+    lines = run.out.splitlines()
+    i = next(i for i, l in enumerate(lines) if l.startswith("tabs.py:3:7: IC003"))
+    assert lines[i + 1] == "    class   Predictor(nn.Module):"
+    assert lines[i + 2] == "            ^^^^^^^^^"

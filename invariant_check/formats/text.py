@@ -27,9 +27,12 @@ def render(result, rules, *, color: bool = False, show_source: bool = False, sta
         if show_source:
             src = _source_line(f.path, f.line, sources)
             if src is not None:
-                width = (f.end_column - f.column) if f.end_line == f.line else len(src) - f.column + 1
-                out.append(f"    {src}")
-                out.append("    " + " " * (f.column - 1) + red("^" * max(1, width)))
+                end = f.end_column - 1 if f.end_line == f.line else len(src)
+                # Tabs are expanded so that the caret lines up with what the terminal shows.
+                start_at = len(src[: f.column - 1].expandtabs())
+                width = len(src[:end].expandtabs()) - start_at
+                out.append(f"    {src.expandtabs()}")
+                out.append("    " + " " * start_at + red("^" * max(1, width)))
         if f.hint:
             out.append(f"    {cyan('hint:')} {f.hint}")
     if statistics and result.findings:
