@@ -106,10 +106,25 @@ def _try_repo(target: Path, hook_repo: Path, home: Path, *files: str):
     )
 
 
+def test_manifest_is_valid_and_declares_the_hook():
+    res = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-manifest", str(ROOT / ".pre-commit-hooks.yaml")],
+        check=False, capture_output=True, text=True,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+    import yaml  # a dependency of pre-commit
+
+    hooks = {h["id"]: h for h in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    hook = hooks["invariant-check"]
+    assert hook["entry"] == "invariant-check lint"
+    assert hook["language"] == "python"
+    assert hook["types"] == ["python"]
+    # Files are linted in parallel batches; the cache is written atomically.
+    assert hook["require_serial"] is False
+
+
 # Building the hook's virtualenv pip-installs the project: ~20 s here, more with a cold pip cache.
-pytestmark = pytest.mark.slow
-
-
+@pytest.mark.slow
 def test_hook_fails_on_a_finding_and_passes_once_fixed(tmp_path, hook_repo, pre_commit_home):
     target = tmp_path / "target"
     target.mkdir()
@@ -135,6 +150,7 @@ def test_hook_fails_on_a_finding_and_passes_once_fixed(tmp_path, hook_repo, pre_
     assert _git(target, "ls-files", "--others", "--exclude-standard").strip() == "", out
 
 
+@pytest.mark.slow
 def test_hook_skips_non_python_files(tmp_path, hook_repo, pre_commit_home):
     # `types: [python]`: a text file with the same content is not handed to the linter.
     target = tmp_path / "target"
