@@ -28,6 +28,8 @@ from .types import Candidate, FileError, FileResult, Finding
 UNUSED_SUPPRESSION = ("IC900", "unused-suppression")
 # Below this many files to parse, starting worker processes costs more than it saves.
 PARALLEL_MIN_FILES = 6
+PARALLEL_SCAN_MIN_FILES = 400
+SCAN_CHUNK = 96
 
 
 @dataclass
@@ -87,14 +89,17 @@ class Engine:
     # -- public ----------------------------------------------------------------------------
     def lint(self, files: Iterable[Path]) -> LintResult:
         result = LintResult()
-        states = []
-        for path in files:
-            state = _FileState(path, display_path(path, self.cwd))
-            err = self._scan(state)
-            if err:
-                result.errors.append(err)
-            else:
-                states.append(state)
+        files = list(files)
+        states = self._scan_parallel(files, result) if self._parallel_scan(files) else None
+        if states is None:
+            states = []
+            for path in files:
+                state = _FileState(path, display_path(path, self.cwd))
+                err = self._scan(state)
+                if err:
+                    result.errors.append(err)
+                else:
+                    states.append(state)
         result.files_seen = len(states) + len(result.errors)
 
         # Cross-file rules may need files that hold none of their triggers: iterate on names.
@@ -181,6 +186,44 @@ class Engine:
             entry.update({"m": sorted(matched), "w": wanted, "s": s.has_marker, "skip": skip})
             self.cache.remember(str(s.path), st, s.digest)
         return None
+
+    def _parallel_scan(self, files: list[Path]) -> bool:
+        # Reading and prefiltering a large tree costs as much as parsing its few trigger
+        # files, so both run in the workers; small runs (pre-commit) stay in this process.
+        return self.jobs > 1 and len(files) >= PARALLEL_SCAN_MIN_FILES and sys.platform == "linux"
+
+    def _scan_parallel(self, files: list[Path], result: LintResult) -> list[_FileState] | None:
+        """Scan, prefilter and parse in forked workers, chunk by chunk. None: pool unavailable."""
+        chunks = [files[i : i + SCAN_CHUNK] for i in range(0, len(files), SCAN_CHUNK)]
+        _WORKER["engine"] = self
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(max_workers=min(self.jobs, len(chunks)), mp_context=ctx) as pool:
+                outputs = list(pool.map(_scan_chunk, chunks, chunksize=1))
+        except (OSError, BrokenProcessPool) as exc:
+            self.pool_warning = f"parallel linting failed ({type(exc).__name__}: {exc}); ran serially"
+            return None
+        finally:
+            _WORKER.pop("engine", None)
+        states = []
+        for records in outputs:
+            for rec in records:
+                state, err, entry, memo, parsed = rec
+                if err is not None:
+                    result.errors.append(err)
+                    continue
+                states.append(state)
+                if parsed:
+                    result.files_parsed += 1
+                elif state.result is not None:
+                    result.cache_hits += 1
+                if self.cache is not None and state.digest:
+                    if entry is not None:
+                        self.cache.entries[state.digest] = entry
+                        self.cache.dirty = True
+                    if memo is not None:
+                        self.cache.stat_memo[str(state.path)] = memo
+        return states
 
     def _contains_any(self, s: _FileState, names: set[bytes], pattern: re.Pattern[bytes]) -> bool:
         """Whether the file holds any of `names`; one regex pass per round, memoised by hash."""
@@ -382,6 +425,40 @@ _WORKER: dict[str, Any] = {}
 def _init_worker(rules: list[type[Rule]], options: dict[str, dict[str, Any]]) -> None:
     _WORKER["rules"] = rules
     _WORKER["options"] = options
+
+
+def _scan_chunk(paths: list[Path]) -> list[tuple]:
+    """In a forked worker: scan each file, and parse the wanted ones at once (their bytes are
+    in hand). Returns what the parent needs: the state, an error, the cache entry and stat
+    memo for the file, and whether it was parsed."""
+    engine: Engine = _WORKER["engine"]
+    _init_worker(engine.rules, engine.options)
+    out = []
+    for path in paths:
+        state = _FileState(path, display_path(path, engine.cwd))
+        err = engine._scan(state)
+        parsed = False
+        if err is None and state.wanted:
+            cached = engine._cached_result(state)
+            if cached is not None:
+                state.result = cached
+            else:
+                file_digest, state.result = _work((str(path), state.shown, state.source))
+                parsed = True
+                if file_digest is not None:
+                    state.digest = file_digest
+                if engine.cache is not None and state.digest and state.result.error is None:
+                    entry = engine.cache.entry(state.digest)
+                    if not isinstance(entry.get("r"), dict):
+                        entry["r"] = {}
+                    entry["r"][state.shown] = state.result.to_json()
+        state.source = None  # the parent re-reads on the rare expansion round
+        entry = memo = None
+        if engine.cache is not None and state.digest:
+            entry = engine.cache.entries.get(state.digest)
+            memo = engine.cache.stat_memo.get(str(path))
+        out.append((state, err, entry, memo, parsed))
+    return out
 
 
 def _work(task: tuple[str, str, bytes | None]) -> tuple[str | None, FileResult]:
