@@ -37,6 +37,7 @@ def register() -> None:
             return
         if not cfg.enabled and cfg.compaction != "triton":
             return
+        _carry_env_to_ray_workers()
         from .patcher import install
 
         install(cfg)
@@ -46,6 +47,20 @@ def register() -> None:
             _say(logging.ERROR, f"error: guards not installed: {type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001
             pass
+
+
+RAY_PREFIXES_VAR = "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY"
+OUR_PREFIX = "INVARIANT_CHECK_"
+
+
+def _carry_env_to_ray_workers() -> None:
+    # The Ray executor copies only VLLM_*/HF_*/... variables to its actors; without this the
+    # workers of a Ray run would come up unguarded. vLLM reads the variable when it creates
+    # the actors, which is after plugins are loaded.
+    current = os.environ.get(RAY_PREFIXES_VAR, "")
+    names = [p.strip() for p in current.split(",") if p.strip()]
+    if OUR_PREFIX not in names:
+        os.environ[RAY_PREFIXES_VAR] = ",".join([*names, OUR_PREFIX])
 
 
 def _reset_for_tests() -> None:

@@ -96,32 +96,35 @@ def _immediate(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" or os.environ.get(ENV_SYNC, "").lower() == "eager"
 
 
-def find_holders(model: Any) -> list[tuple[str, torch.Tensor]]:
-    """Every (path, tensor) that holds a top-k index buffer: modules and their helper objects
-    (MLA impl, sparse-index group builder) one level deep."""
+def find_holders(model: Any, depth: int = 2) -> list[tuple[str, torch.Tensor]]:
+    """Every (path, tensor) that holds a top-k index buffer: modules and the helper objects they
+    keep (MLA impl, its sparse-index group, the group builder), up to `depth` objects deep."""
     out: list[tuple[str, torch.Tensor]] = []
     named = model.named_modules() if hasattr(model, "named_modules") else [("", model)]
     seen_objs: set[int] = set()
-    for path, mod in named:
-        attrs = vars(mod)
+    skip_types = (torch.Tensor, torch.nn.Module, dict, list, tuple, set, str, bytes, int, float, bool, type(None), type)
+
+    def visit(prefix: str, attrs: dict, level: int) -> None:
         for name in HOLDER_ATTRS:
             val = attrs.get(name)
             if isinstance(val, torch.Tensor):
-                out.append((f"{path}.{name}" if path else name, val))
+                out.append((f"{prefix}.{name}" if prefix else name, val))
+        if level >= depth:
+            return
         for aname, obj in list(attrs.items()):
-            if aname.startswith("_modules") or isinstance(obj, (torch.Tensor, torch.nn.Module, dict, list, tuple, str, int, float, bool, type(None))):
+            if isinstance(obj, skip_types) or callable(obj) and not hasattr(obj, "__dict__"):
                 continue
-            if id(obj) in seen_objs or not hasattr(obj, "__dict__"):
+            if id(obj) in seen_objs:
                 continue
             seen_objs.add(id(obj))
             try:
                 inner = vars(obj)
             except TypeError:
                 continue
-            for name in HOLDER_ATTRS:
-                val = inner.get(name)
-                if isinstance(val, torch.Tensor):
-                    out.append((f"{path}.{aname}.{name}" if path else f"{aname}.{name}", val))
+            visit(f"{prefix}.{aname}" if prefix else aname, inner, level + 1)
+
+    for path, mod in named:
+        visit(path, vars(mod), 0)
     return out
 
 

@@ -175,3 +175,20 @@ def test_every_installed_topk_class_is_discovered(guards):
         imported += 1
         assert any(r.target == f"{module}:{cls}.compact_topk_indices" for r in REGISTRY.targets()), (module, cls)
     assert imported >= 4
+
+
+@requires_vllm
+@pytest.mark.vllm
+def test_ray_executor_would_copy_our_variables_to_its_workers():
+    code = """
+        from invariant_check.runtime_guards import plugin
+        plugin.register()
+        from vllm.ray.ray_env import get_env_vars_to_copy
+        copied = get_env_vars_to_copy()
+        print("copied", sorted(v for v in copied if v.startswith("INVARIANT_CHECK_")))
+    """
+    proc = run_py(code, INVARIANT_CHECK_GUARDS="1", INVARIANT_CHECK_GUARDS_MODE="record",
+                  VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY="MY_")
+    assert "copied ['INVARIANT_CHECK_GUARDS', 'INVARIANT_CHECK_GUARDS_MODE']" in proc.stdout, proc.stderr[-2000:]
+    off = run_py(code)
+    assert "copied []" in off.stdout, off.stderr[-2000:]

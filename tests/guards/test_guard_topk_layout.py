@@ -189,8 +189,12 @@ def test_holders_share_one_storage_and_a_rebound_holder_is_caught(v32, guards):
     guards(mode="raise")
     holders = topk_layout.find_holders(inner)
     paths = {p for p, _ in holders}
+    # MLA wrapper, its impl, the sparse-index group, the indexer and its op.
     assert {"layers.1.mtp_block.self_attn.topk_indices_buffer",
-            "layers.1.mtp_block.self_attn.indexer.topk_indices_buffer"} <= paths
+            "layers.1.mtp_block.self_attn.impl._topk_indices_buffer",
+            "layers.1.mtp_block.self_attn.impl.index_group.logical_topk_indices",
+            "layers.1.mtp_block.self_attn.indexer.topk_indices_buffer",
+            "layers.1.mtp_block.self_attn.indexer.indexer_op.topk_indices_buffer"} <= paths
     topk_layout.check_holders(inner, "test")  # the real module is consistent
     indexer = inner.layers["1"].mtp_block.self_attn.indexer
     original = indexer.topk_indices_buffer
@@ -201,6 +205,14 @@ def test_holders_share_one_storage_and_a_rebound_holder_is_caught(v32, guards):
         assert info.value.invariant == "holders-share-storage"
     finally:
         indexer.topk_indices_buffer = original
+    group = inner.layers["1"].mtp_block.self_attn.impl.index_group
+    try:
+        group.logical_topk_indices = original.clone()
+        with pytest.raises(InvariantViolation, match="different storages"):
+            topk_layout.check_holders(inner, "test")
+    finally:
+        group.logical_topk_indices = original
+    topk_layout.check_holders(inner, "test")
 
 
 def test_warn_mode_logs_once_per_site_and_goes_on(v32, guards, caplog):
