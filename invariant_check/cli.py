@@ -129,7 +129,7 @@ def _lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir
     text = render(fmt, result, rules, color=to_terminal and "NO_COLOR" not in os.environ, show_source=show_source, statistics=statistics)
     if output is not None:
         try:
-            output.write_text(text)
+            output.write_text(text, encoding="utf-8")  # not the locale's: SARIF/JSON readers expect UTF-8
         except OSError as exc:
             _fail(f"{output}: cannot write: {exc.strerror or exc}")
     else:

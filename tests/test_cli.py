@@ -480,3 +480,11 @@ def test_debug_env_shows_the_real_exception(tmp_path, monkeypatch):
     monkeypatch.setattr("invariant_check.engine.Engine.lint", explode)
     result = CliRunner().invoke(cli_module.main, ["lint", "--no-cache", "."])
     assert isinstance(result.exception, RuntimeError)
+
+
+def test_output_file_is_utf8_whatever_the_locale(tmp_path):
+    (tmp_path / "cjk.py").write_text(BAD_CLASS.replace("Predictor", "\u4e2d\u6587"), encoding="utf-8")
+    env = clean_env(LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0")
+    run = lint(tmp_path, "--output", "report.txt", "--no-cache", "cjk.py", env=env)
+    assert run.code == 1, run.err
+    assert "`\u4e2d\u6587`" in (tmp_path / "report.txt").read_text(encoding="utf-8")
