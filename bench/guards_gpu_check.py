@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _import_guards():
     try:
-        import invariant_check.runtime_guards  # noqa: F401
+        import invariant_check.runtime_guards
     except ImportError:
         # Not installed: map the repo folders the way pyproject's package-dir does.
         sys.path.insert(0, str(REPO))

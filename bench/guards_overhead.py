@@ -20,7 +20,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -99,11 +98,10 @@ def timeit(fn, repeat: int, inner: int) -> float:
 def per_call_costs(repeat: int) -> dict:
     sys.path.insert(0, str(REPO / "tests" / "guards"))
     import torch
-    from tiny_model import build_tiny_deepseek_mtp
-    from v32_module import build_v32_mtp, write_v32_config
-
     from invariant_check.runtime_guards import patcher, topk_layout
     from invariant_check.runtime_guards.config import GUARD_NAMES, GuardConfig
+    from guards_tiny_model import build_tiny_deepseek_mtp
+    from guards_v32_module import build_v32_mtp, write_v32_config
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="ic-bench-"))
@@ -116,9 +114,9 @@ def per_call_costs(repeat: int) -> dict:
     buf.copy_(torch.arange(buf.numel(), dtype=torch.int32).view_as(buf) % 100000)
 
     from vllm.forward_context import set_forward_context
+    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
     from vllm.v1.worker.utils import AttentionGroup
-    from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
 
     class Builder:  # stand-in for a GPU backend's metadata builder
         def build_for_drafting(self, cad, draft_index):

@@ -38,7 +38,7 @@ def dry_run() -> dict[str, Any]:
     import importlib
     import os
 
-    from .config import ConfigError, GUARD_NAMES, GuardConfig, parse_env
+    from .config import GUARD_NAMES, ConfigError, GuardConfig, parse_env
     from .patcher import install, uninstall
     from .targets import KNOWN_TARGETS, REGISTRY, scan_topk_classes
 

@@ -24,7 +24,7 @@ class _PatchingLoader(Loader):
         self._inner = inner
         self._on_loaded = on_loaded
 
-    def create_module(self, spec):  # noqa: D102 - Loader protocol
+    def create_module(self, spec):
         create = getattr(self._inner, "create_module", None)
         return create(spec) if create is not None else None
 

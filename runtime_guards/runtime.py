@@ -51,7 +51,7 @@ def run_check(guard: str, site: str, fn: Callable[..., T], *args: Any) -> T | No
         return fn(*args)
     except InvariantViolation:
         raise
-    except Exception as exc:  # noqa: BLE001 - the whole point is to contain guard bugs
+    except Exception as exc:
         rep = _reporter
         if rep is None:
             return None

@@ -183,8 +183,7 @@ def scan_topk_classes(vllm_root: str) -> list[tuple[str, str]]:
                 except SyntaxError:
                     continue
                 rel = os.path.relpath(path, os.path.dirname(vllm_root))[:-3].replace(os.sep, ".")
-                if rel.endswith(".__init__"):
-                    rel = rel[: -len(".__init__")]
+                rel = rel.removesuffix(".__init__")
                 for node in tree.body:
                     if isinstance(node, ast.ClassDef) and any(
                         isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name in TOPK_METHODS

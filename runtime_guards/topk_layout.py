@@ -59,7 +59,7 @@ class LayoutState:
     buffers: list[tuple[str, torch.Tensor]] | None = None
 
 
-_states: "weakref.WeakKeyDictionary[Any, LayoutState]" = weakref.WeakKeyDictionary()
+_states: weakref.WeakKeyDictionary[Any, LayoutState] = weakref.WeakKeyDictionary()
 
 
 def state_for(model: Any) -> LayoutState:

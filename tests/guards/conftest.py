@@ -13,23 +13,15 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))  # the builders live next to the tests, not in the package
 
 
-def _vllm_available() -> bool:
-    try:
-        import importlib.util
-
-        return importlib.util.find_spec("vllm") is not None and importlib.util.find_spec("torch") is not None
-    except Exception:  # noqa: BLE001
-        return False
-
-
-requires_vllm = pytest.mark.skipif(not _vllm_available(), reason="needs torch and the vLLM CPU build")
-
-
 @pytest.fixture
 def guards(monkeypatch):
     """Install the guards in this process with a given config; everything is restored after."""
     from invariant_check.runtime_guards import patcher, runtime, topk_layout
-    from invariant_check.runtime_guards.config import ENV_FAULT, GUARD_NAMES, GuardConfig
+    from invariant_check.runtime_guards.config import (
+        ENV_FAULT,
+        GUARD_NAMES,
+        GuardConfig,
+    )
 
     def install(mode="raise", names=GUARD_NAMES, report_dir=None, faults=(), compaction="vllm"):
         if faults:
@@ -50,7 +42,7 @@ def guards(monkeypatch):
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    from tiny_model import build_tiny_deepseek_mtp
+    from guards_tiny_model import build_tiny_deepseek_mtp
 
     return build_tiny_deepseek_mtp(tmp_path_factory.mktemp("tiny-deepseek-mtp"))
 
@@ -58,9 +50,20 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def v32(tiny_model_dir, tmp_path_factory):
     """(vllm_config, real DeepseekV32MTP, its inner predictor); built once, ~6-20 s, ~600 MB."""
-    from v32_module import build_v32_mtp, write_v32_config
+    from guards_v32_module import build_v32_mtp, write_v32_config
 
     cfg_dir = write_v32_config(tiny_model_dir, tmp_path_factory.mktemp("tiny-v32"))
     cfg, model, stack = build_v32_mtp(cfg_dir, "nvidia")
+    yield cfg, model, model.model
+    stack.close()
+
+
+@pytest.fixture(scope="session")
+def v32_amd(tiny_model_dir, tmp_path_factory):
+    """The ROCm variant of the same module, built the same way."""
+    from guards_v32_module import build_v32_mtp, write_v32_config
+
+    cfg_dir = write_v32_config(tiny_model_dir, tmp_path_factory.mktemp("tiny-v32-amd"))
+    cfg, model, stack = build_v32_mtp(cfg_dir, "amd")
     yield cfg, model, model.model
     stack.close()

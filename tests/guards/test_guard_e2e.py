@@ -19,11 +19,11 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import requires_vllm
+from guards_helpers import requires_vllm
 
 pytestmark = [requires_vllm, pytest.mark.vllm, pytest.mark.slow]
 
-RUNNER = Path(__file__).with_name("e2e_runner.py")
+RUNNER = Path(__file__).with_name("guards_e2e_runner.py")
 
 
 def run_llm(model_dir, report_dir, mode="record", faults=""):
@@ -86,7 +86,6 @@ def test_real_code_has_no_violation(tiny_model_dir, tmp_path):
 
 def test_removed_compaction_is_reported_from_the_worker(tiny_model_dir, tmp_path):
     from click.testing import CliRunner
-
     from invariant_check.runtime_guards.commands import report_command
 
     result, recs, output = run_llm(tiny_model_dir, tmp_path, faults="drop-compaction")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 
 import pytest
-from conftest import requires_vllm
+from guards_helpers import requires_vllm
 
 pytestmark = [requires_vllm, pytest.mark.vllm]
 
@@ -141,7 +141,6 @@ def test_legacy_propose_path_checks_what_reaches_set_forward_context(guards, md_
 
     def set_forward_context(attn_metadata, *args, **kwargs):
         calls.append(dict(attn_metadata))
-        return None
 
     class SpecDecodeBaseProposer:
         def propose(self, steps=2):

@@ -10,11 +10,10 @@ import sys
 import textwrap
 
 import pytest
-from conftest import requires_vllm
-
+from guards_helpers import requires_vllm
 from invariant_check.runtime_guards.config import (
-    ConfigError,
     GUARD_NAMES,
+    ConfigError,
     parse_env,
 )
 
@@ -158,7 +157,6 @@ def test_every_installed_topk_class_is_discovered(guards):
     import importlib
 
     import vllm
-
     from invariant_check.runtime_guards.targets import REGISTRY, scan_topk_classes
 
     found = scan_topk_classes(os.path.dirname(vllm.__file__))

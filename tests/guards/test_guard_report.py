@@ -10,8 +10,7 @@ import textwrap
 
 import pytest
 from click.testing import CliRunner
-from conftest import requires_vllm
-
+from guards_helpers import requires_vllm
 from invariant_check.runtime_guards.commands import guards_command, report_command
 from invariant_check.runtime_guards.config import GuardConfig
 from invariant_check.runtime_guards.errors import InvariantViolation
@@ -21,8 +20,7 @@ from invariant_check.runtime_guards.reporting import Reporter
 def write(dir_, pid, *records):
     path = dir_ / f"invariant-check-host-{pid}.jsonl"
     with open(path, "a") as fh:
-        for r in records:
-            fh.write(json.dumps({"pid": pid, "timestamp": 1.0, "vllm_version": "0.32.0", **r}) + "\n")
+        fh.writelines(json.dumps({"pid": pid, "timestamp": 1.0, "vllm_version": "0.32.0", **r}) + "\n" for r in records)
     return path
 
 

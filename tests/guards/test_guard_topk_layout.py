@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import requires_vllm
+from guards_helpers import requires_vllm
 
 pytestmark = [requires_vllm, pytest.mark.vllm]
 
@@ -31,9 +31,8 @@ def fill_distinct(buf):
 
 
 def forward_step(cfg, inner, n_tokens, qsl=None):
-    from vllm.forward_context import set_forward_context
-
     from invariant_check.runtime_guards.errors import InvariantViolation
+    from vllm.forward_context import set_forward_context
 
     class Md:  # stands in for the attention backend's metadata: only query_start_loc is read
         query_start_loc = torch.tensor(qsl if qsl is not None else list(range(n_tokens + 1)), dtype=torch.int32)
@@ -104,7 +103,7 @@ def test_drop_compaction_fault_is_caught_through_the_real_method(v32, guards, tm
     assert torch.equal(buf, before)
     recs = [json.loads(line) for f in tmp_path.glob("*.jsonl") for line in f.read_text().splitlines()]
     inv = [r["invariant"] for r in recs if r["kind"] == "violation"]
-    assert inv == ["reuse-before-compaction"]
+    assert inv == ["reuse-before-compaction"] and rep.violations == 1
 
 
 @pytest.mark.parametrize(
@@ -289,3 +288,27 @@ def test_triton_swap_without_guards_patches_only_the_compaction(v32, guards, mon
     assert not getattr(cls.__dict__["set_skip_topk"], "__invariant_check_wrapped__", False)
     inner.compact_topk_indices(torch.tensor(LAST, dtype=torch.int32))
     assert calls == [LAST]
+
+
+def test_amd_variant_same_guarantees(v32_amd, guards):
+    """The ROCm DeepSeek V3.2 MTP module (its own class, discovered separately): correct run,
+    missing compaction, wrong rows, and its extra holder (a second indexer op)."""
+    from invariant_check.runtime_guards import topk_layout
+    from invariant_check.runtime_guards.errors import InvariantViolation
+
+    cfg, model, inner = v32_amd
+    assert type(inner).__module__ == "vllm.models.deepseek_v32.amd.mtp"
+    rep = guards(mode="raise")
+    assert getattr(type(inner).__dict__["compact_topk_indices"], "__invariant_check_wrapped__", False)
+    buf = buffer_of(inner)
+    before = fill_distinct(buf)
+    propose(cfg, inner)
+    assert torch.equal(buf[:4], before[LAST]) and rep.violations == 0
+    assert "layers.1.mtp_block.self_attn.indexer_op.topk_indices_buffer" in {p for p, _ in topk_layout.find_holders(inner)}
+    with pytest.raises(InvariantViolation, match="reuse mode"):
+        propose(cfg, inner, compact=False)
+    guards(mode="raise", faults=("wrong-rows",))
+    fill_distinct(buf)
+    with pytest.raises(InvariantViolation) as info:
+        propose(cfg, inner)
+    assert info.value.invariant == "compaction-result"

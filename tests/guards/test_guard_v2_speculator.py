@@ -9,7 +9,7 @@ stand-ins (graph capture needs a GPU) that run the guarded forward the way a cap
 from __future__ import annotations
 
 import pytest
-from conftest import requires_vllm
+from guards_helpers import requires_vllm
 from test_guard_topk_layout import LAST, QSL, buffer_of, fill_distinct, forward_step
 
 pytestmark = [requires_vllm, pytest.mark.vllm]
@@ -134,7 +134,6 @@ def test_v2_graph_replayed_prefill_still_caught_by_order(v32, guards):
 
 def test_load_draft_model_checks_holders(v32, guards, monkeypatch):
     import vllm.v1.worker.gpu.spec_decode.mtp.speculator as spec_mod
-
     from invariant_check.runtime_guards.errors import InvariantViolation
 
     cfg, model, inner = v32

@@ -51,8 +51,11 @@ def build_v32_mtp(model_dir: Path, variant: str = "nvidia", max_num_batched_toke
 
     import torch
     from vllm.config import set_current_vllm_config
-    from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
-    from vllm.distributed import parallel_state
+    from vllm.distributed import (
+        ensure_model_parallel_initialized,
+        init_distributed_environment,
+        parallel_state,
+    )
     from vllm.engine.arg_utils import EngineArgs
     from vllm.platforms import current_platform
     from vllm.v1.attention.backends.registry import AttentionBackendEnum
