@@ -4,6 +4,7 @@ GitHub workflow commands, JSON, text."""
 from __future__ import annotations
 
 import copy
+import os
 import hashlib
 import json
 import re
@@ -227,3 +228,15 @@ def test_text_caret_lines_up_after_tabs(tmp_path):
     i = next(i for i, l in enumerate(lines) if l.startswith("tabs.py:3:7: IC003"))
     assert lines[i + 1] == "    class   Predictor(nn.Module):"
     assert lines[i + 2] == "            ^^^^^^^^^"
+
+
+def test_sarif_for_a_file_name_that_is_not_utf8(tmp_path, validator):
+    name = os.fsdecode(b"caf\xe9.py")  # latin-1 bytes: a surrogate escape in Python
+    (tmp_path / name).write_text(BAD_CLASS)
+    run = run_cli("lint", "--select", RULE, "--format", "sarif", "--no-cache", ".", cwd=tmp_path)
+    assert_no_traceback(run)
+    assert run.code == 1, run.err
+    doc = json.loads(run.out)
+    assert not list(validator.iter_errors(doc))
+    (result,) = doc["runs"][0]["results"]
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "caf%E9.py"

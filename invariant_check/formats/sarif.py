@@ -27,7 +27,9 @@ def _uri(path: str) -> dict:
     an absolute one becomes a file:// URI. Either is percent-encoded."""
     if path.startswith("/"):
         return {"uri": PurePosixPath(path).as_uri()}
-    return {"uri": quote(path, safe="/"), "uriBaseId": "%SRCROOT%"}
+    # bytes as the file system has them: a name that is not UTF-8 still gets a valid URI
+    raw = path.encode("utf-8", "surrogateescape")
+    return {"uri": quote(raw, safe="/"), "uriBaseId": "%SRCROOT%"}
 
 
 def _full_description(doc: str, fallback: str) -> str:
