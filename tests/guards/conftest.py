@@ -67,3 +67,15 @@ def v32_amd(tiny_model_dir, tmp_path_factory):
     cfg, model, stack = build_v32_mtp(cfg_dir, "amd")
     yield cfg, model, model.model
     stack.close()
+
+
+@pytest.fixture(scope="session")
+def v32_two_layers(tiny_model_dir, tmp_path_factory):
+    """The nvidia module with two MTP layers (two buffers, one per layer)."""
+    from guards_v32_module import build_v32_mtp, write_v32_config
+
+    cfg_dir = write_v32_config(tiny_model_dir, tmp_path_factory.mktemp("tiny-v32-2l"), num_mtp_layers=2)
+    # vLLM requires the speculative tokens to be a multiple of the MTP layers.
+    cfg, model, stack = build_v32_mtp(cfg_dir, "nvidia", num_speculative_tokens=2)
+    yield cfg, model, model.model
+    stack.close()

@@ -19,7 +19,7 @@ from pathlib import Path
 from unittest import mock
 
 
-def write_v32_config(src: Path, out: Path, index_topk: int = 8) -> Path:
+def write_v32_config(src: Path, out: Path, index_topk: int = 8, num_mtp_layers: int = 1) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     cfg = json.loads((src / "config.json").read_text())
     cfg.update(
@@ -29,6 +29,7 @@ def write_v32_config(src: Path, out: Path, index_topk: int = 8) -> Path:
         index_n_heads=2,
         index_head_dim=128,
         q_lora_rank=32,  # the indexer needs a q LoRA
+        num_nextn_predict_layers=num_mtp_layers,
     )
     (out / "config.json").write_text(json.dumps(cfg, indent=1))
     for f in src.iterdir():
@@ -43,7 +44,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def build_v32_mtp(model_dir: Path, variant: str = "nvidia", max_num_batched_tokens: int = 64):
+def build_v32_mtp(model_dir: Path, variant: str = "nvidia", max_num_batched_tokens: int = 64,
+                  num_speculative_tokens: int = 3):
     """Returns (vllm_config, top-level MTP model, exit stack keeping the patches alive)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,7 +66,7 @@ def build_v32_mtp(model_dir: Path, variant: str = "nvidia", max_num_batched_toke
     ea = EngineArgs(
         model=str(model_dir), enforce_eager=True, max_model_len=256, max_num_seqs=4,
         max_num_batched_tokens=max_num_batched_tokens, load_format="dummy", dtype="bfloat16",
-        speculative_config={"method": "mtp", "num_speculative_tokens": 3},
+        speculative_config={"method": "mtp", "num_speculative_tokens": num_speculative_tokens},
     )
     cfg = ea.create_engine_config()
     stack = ExitStack()

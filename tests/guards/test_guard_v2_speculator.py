@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 from guards_helpers import requires_vllm
-from test_guard_topk_layout import LAST, QSL, buffer_of, fill_distinct, forward_step
+from test_guard_topk_layout import LAST, QSL, buffer_of, fill_distinct, forward_step, propose
 
 pytestmark = [requires_vllm, pytest.mark.vllm]
 
@@ -151,3 +151,40 @@ def test_load_draft_model_checks_holders(v32, guards, monkeypatch):
             spec.load_draft_model(None, set())
     finally:
         indexer.topk_indices_buffer = original
+
+
+def test_shared_buffer_gathered_once_per_layer_is_caught_on_real_code(v32_two_layers, guards):
+    """Model runner v2 points every draft holder at the target's one buffer
+    (`load_eagle_model`). With two MTP layers, vLLM's own compact_topk_indices then gathers that
+    buffer twice, and the second gather reads rows the first already overwrote. No fault
+    injection: this is vLLM 0.32's code on a shared buffer."""
+    from invariant_check.runtime_guards.errors import InvariantViolation
+
+    cfg, model, inner = v32_two_layers
+    assert sorted(inner.layers.keys()) == ["1", "2"]
+    rep = guards(mode="raise")
+    b1 = inner.layers["1"].mtp_block.self_attn.topk_indices_buffer
+    b2 = inner.layers["2"].mtp_block.self_attn.topk_indices_buffer
+    assert b1.data_ptr() != b2.data_ptr()
+    fill_distinct(b1)
+    fill_distinct(b2)
+    propose(cfg, inner)  # one buffer per layer: each gathered once, correct
+    assert rep.violations == 0
+
+    originals = {}
+    try:
+        # The same rebinding loop as vLLM's load_eagle_model, with layer 1's buffer as "target".
+        for name, module in inner.named_modules():
+            if "topk_indices_buffer" in vars(module):
+                originals[name] = module.topk_indices_buffer
+                module.topk_indices_buffer = b1
+        guards(mode="raise")  # fresh guard state: the holders changed
+        fill_distinct(b1)
+        with pytest.raises(InvariantViolation) as info:
+            propose(cfg, inner)
+        assert info.value.invariant == "compaction-result"
+        assert 0 in info.value.values["wrong_rows"]
+    finally:
+        modules = dict(inner.named_modules())
+        for name, buf in originals.items():
+            modules[name].topk_indices_buffer = buf
