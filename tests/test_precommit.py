@@ -8,9 +8,11 @@ script together, as a user of the hook gets them.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -162,3 +164,46 @@ def test_hook_skips_non_python_files(tmp_path, hook_repo, pre_commit_home):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "no files to check" in out.lower() or "Skipped" in out, out
+
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+FINDING_LINE = re.compile(r"^(\S+\.py):(\d+):(\d+): (IC\d{3}) ", re.MULTILINE)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CORPUS / "vllm-0.24.0.tar.xz").is_file(), reason="needs ../shared/corpus")
+def test_parallel_batches_find_what_a_whole_tree_run_finds(tmp_path, hook_repo, pre_commit_home):
+    """`require_serial: false` lets pre-commit split the files into batches linted by separate
+    processes, so a cross-file rule sees only its batch. On vLLM 0.24.0 (one IC002 and one
+    IC003 site) the batched run must report exactly what one run over the whole tree reports:
+    no finding lost, none added by facts missing from another batch."""
+    target = tmp_path / "vllm-repo"
+    target.mkdir()
+    with tarfile.open(CORPUS / "vllm-0.24.0.tar.xz") as tf:
+        kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tf.extractall(tmp_path / "unpacked", **kw)
+    shutil.move(str(tmp_path / "unpacked" / "vllm-0.24.0" / "vllm"), str(target / "vllm"))
+    _git(target, "init", "-q")
+    _git(target, "add", "-A")
+
+    env = _git_env()
+    env.update(PRE_COMMIT_HOME=str(pre_commit_home), NO_COLOR="1")
+    env.pop("INVARIANT_CHECK_CACHE_DIR", None)
+    batched = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "try-repo", str(hook_repo), "invariant-check",
+         "--verbose", "--color", "never", "--all-files"],
+        check=False, cwd=target, env=env, capture_output=True, text=True, timeout=900,
+    )
+    out = batched.stdout + batched.stderr
+    batches = re.findall(r"\((\d+) files? checked\)", out)
+    assert len(batches) >= 2, f"pre-commit did not split the files into batches:\n{out[-3000:]}"
+
+    whole = subprocess.run(
+        [str(Path(sys.executable).parent / "invariant-check"), "lint", "--no-cache", "vllm"],
+        check=False, cwd=target, env=env, capture_output=True, text=True, timeout=900,
+    )
+    expected = set(FINDING_LINE.findall(whole.stdout))
+    assert {f[3] for f in expected} == {"IC002", "IC003"}, whole.stdout + whole.stderr
+    assert set(FINDING_LINE.findall(out)) == expected, out[-5000:]
+    assert sum(map(int, batches)) == int(re.search(r"\((\d+) files checked\)", whole.stdout).group(1))
+    assert batched.returncode == 1, out[-3000:]
