@@ -99,13 +99,21 @@ def _run(args, cwd, env=None, check=True, timeout=600):
     return res
 
 
-def _make_tree(root: Path, n_findings: int = 1) -> Path:
+def _make_tree(root: Path, n_findings: int = 1, n_clean: int = 1) -> Path:
     tree = root / "tree"
     tree.mkdir()
     for i in range(n_findings):
         (tree / f"predictor_{i}.py").write_text(FINDING)
-    (tree / "clean.py").write_text("x = 1\n")
+    for i in range(n_clean):
+        (tree / f"clean_{i}.py").write_text(f"x = {i}\n")
     return tree
+
+
+def _parallel_scan_min_files() -> int:
+    # Big trees are read and prefiltered in forked workers too: a path of its own.
+    from invariant_check import engine
+
+    return getattr(engine, "PARALLEL_SCAN_MIN_FILES", 400)
 
 
 def _find_python(version: str) -> str | None:
@@ -342,6 +350,7 @@ WRAPPER = textwrap.dedent("""
     "args, expected_rc",
     [
         (["lint", "--no-cache", "-j", "2", "{tree}"], 1),
+        (["lint", "--no-cache", "-j", "2", "{big_tree}"], 1),
         (["lint", "--no-cache", "-j", "1", "--format", "json", "{tree}"], 1),
         (["lint", "--no-cache", "--format", "sarif", "{tree}"], 1),
         (["lint", "--no-cache", "--format", "github", "{tree}"], 1),
@@ -350,15 +359,16 @@ WRAPPER = textwrap.dedent("""
         (["explain", "IC003"], 0),
         (["--version"], 0),
     ],
-    ids=["lint-parallel", "lint-json", "lint-sarif", "lint-github", "lint-cached", "rules", "explain", "version"],
+    ids=["lint-parallel", "lint-parallel-scan", "lint-json", "lint-sarif", "lint-github", "lint-cached", "rules", "explain", "version"],
 )
 def test_cli_never_imports_torch_triton_or_vllm(args, expected_rc, tmp_path):
     # Eight files to parse: above the engine's threshold for starting worker processes.
-    tree = _make_tree(tmp_path, n_findings=8)
+    big = "{big_tree}" in args
+    tree = _make_tree(tmp_path, n_findings=8, n_clean=_parallel_scan_min_files() if big else 1)
     log = tmp_path / "imports.log"
     env = _clean_env()
     env["IC_IMPORT_LOG"] = str(log)
-    argv = [a.format(tree=tree, cache=tmp_path / "cache") for a in args]
+    argv = [a.format(tree=tree, big_tree=tree, cache=tmp_path / "cache") for a in args]
     if "--cache-dir" in args:
         # Fill the cache first, so that the checked run takes the warm path (no parsing).
         _run([sys.executable, "-m", "invariant_check.cli", *argv], cwd=tmp_path, check=False)
