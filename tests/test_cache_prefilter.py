@@ -17,7 +17,15 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from ic_support import EXPECTED_FLAGGED, RULE, TREE, assert_no_traceback, clean_env, run_cli, write_tree  # noqa: E402
+from ic_support import (  # noqa: E402
+    EXPECTED_FLAGGED,
+    RULE,
+    TREE,
+    assert_no_traceback,
+    clean_env,
+    run_cli,
+    write_tree,
+)
 
 from invariant_check.cache import Cache, config_key  # noqa: E402
 from invariant_check.engine import Engine  # noqa: E402

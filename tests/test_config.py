@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from invariant_check.config import ConfigError, KNOWN_KEYS, find_config, load_config, parse_table
+from invariant_check.config import (
+    KNOWN_KEYS,
+    ConfigError,
+    find_config,
+    load_config,
+    parse_table,
+)
 from invariant_check.registry import all_rules
 
 RULE = "IC003"

@@ -4,9 +4,9 @@ GitHub workflow commands, JSON, text."""
 from __future__ import annotations
 
 import copy
-import os
 import hashlib
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,7 +16,14 @@ import jsonschema
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from ic_support import BAD_CLASS, EXPECTED_FLAGGED, RULE, assert_no_traceback, run_cli, write_tree  # noqa: E402
+from ic_support import (  # noqa: E402
+    BAD_CLASS,
+    EXPECTED_FLAGGED,
+    RULE,
+    assert_no_traceback,
+    run_cli,
+    write_tree,
+)
 
 from invariant_check.engine import LintResult  # noqa: E402
 from invariant_check.formats import render  # noqa: E402
