@@ -367,3 +367,28 @@ def test_fifo_given_to_the_engine(tmp_path):
     result = _engine(tmp_path).lint([tmp_path / "pipe.py", tmp_path / "ok.py"])
     assert result.errors == [FileError("pipe.py", "cannot read: not a regular file")]
     assert [f.path for f in result.findings] == ["ok.py"]
+
+
+@pytest.mark.parametrize("filler", [0, 420], ids=["parse-pool", "scan-pool"])
+def test_no_worker_processes_falls_back_to_serial(tmp_path, monkeypatch, filler):
+    # sandboxes without /dev/shm (or a process limit) refuse the pool: lint serially, and say so
+    from invariant_check import engine as engine_mod
+
+    for i in range(8):
+        (tmp_path / f"m{i}.py").write_text(BAD_CLASS)
+    for i in range(filler):
+        (tmp_path / f"filler{i}.py").write_text("x = 1\n")
+    files = sorted(tmp_path.glob("*.py"))
+    rules = [all_rules()[RULE]]
+    options = {RULE: rules[0].default_options()}
+    serial = Engine(rules, options, jobs=1, root=tmp_path, cwd=tmp_path).lint(files)
+
+    class NoPool:
+        def __init__(self, *args, **kwargs):
+            raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(engine_mod, "ProcessPoolExecutor", NoPool)
+    fallback = Engine(rules, options, jobs=2, root=tmp_path, cwd=tmp_path).lint(files)
+    assert fallback.findings == serial.findings and len(serial.findings) == 8
+    assert fallback.errors == serial.errors == []
+    assert any("ran serially" in w for w in fallback.warnings)
