@@ -334,7 +334,9 @@ def before_compact(model: Any, slot_ids: Any, site: str) -> _CompactCtx | None:
                            "num_requests": st.requests, "buffer_rows": rows}, site=site)
         return None
     check_values = not (st.capturing or _capturing())
-    ids = slot_ids.detach().long()
+    # A copy: v2 passes a view of a persistent buffer that the next step overwrites, and the
+    # deferred report reads these ids later.
+    ids = slot_ids.detach().to(torch.long, copy=True)
     if check_values and n > 0:
         labels = ["slot ids >= 0", "slot_ids[i] >= i", "slot ids strictly increasing"]
         arange = torch.arange(n, device=ids.device)
