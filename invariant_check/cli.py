@@ -175,7 +175,9 @@ def _explain(rule):
     from .registry import all_rules, resolve_code
 
     codes = resolve_code(rule)
-    if len(codes) != 1:
+    if len(codes) > 1:
+        _fail(f"{rule!r} names several rules ({', '.join(codes)}); give one code or name")
+    if not codes:
         _fail(f"unknown rule {rule!r}; known: {', '.join(all_rules())}")
     r = all_rules()[codes[0]]
     click.echo(f"# {r.CODE} {r.NAME}\n\n{r.documentation()}", nl=False)

@@ -488,3 +488,12 @@ def test_output_file_is_utf8_whatever_the_locale(tmp_path):
     run = lint(tmp_path, "--output", "report.txt", "--no-cache", "cjk.py", env=env)
     assert run.code == 1, run.err
     assert "`\u4e2d\u6587`" in (tmp_path / "report.txt").read_text(encoding="utf-8")
+
+
+def test_explain_a_prefix_names_the_candidates(tmp_path):
+    if len(all_rules()) < 2:
+        pytest.skip("needs two rules sharing a prefix")
+    run = run_cli("explain", "IC", cwd=tmp_path)
+    assert run.code == 2 and "several rules" in run.err
+    for code in all_rules():
+        assert code in run.err
