@@ -96,7 +96,29 @@ def _immediate(t: torch.Tensor) -> bool:
     return t.device.type == "cpu" or os.environ.get(ENV_SYNC, "").lower() == "eager"
 
 
-def find_holders(model: Any, depth: int = 2) -> list[tuple[str, torch.Tensor]]:
+def _holder_tensors(obj: Any, attrs: dict, names: tuple[str, ...]) -> list[tuple[str, torch.Tensor]]:
+    found = []
+    # vLLM's SharedTopkIndicesBuffer resolves `topk_indices_buffer` through the indexer on every
+    # read (the v2 runner repoints indexers after the impls exist), so its `_topk_indices_buffer`
+    # snapshot is not what attention reads: take the property's value instead.
+    prop = isinstance(getattr(type(obj), "topk_indices_buffer", None), property)
+    for name in names:
+        if prop and name in ("topk_indices_buffer", "_topk_indices_buffer"):
+            if name == "topk_indices_buffer":
+                try:
+                    val = obj.topk_indices_buffer
+                except Exception:  # noqa: BLE001
+                    val = None
+                if isinstance(val, torch.Tensor):
+                    found.append((name, val))
+            continue
+        val = attrs.get(name)
+        if isinstance(val, torch.Tensor):
+            found.append((name, val))
+    return found
+
+
+def find_holders(model: Any, depth: int = 2, names: tuple[str, ...] = HOLDER_ATTRS) -> list[tuple[str, torch.Tensor]]:
     """Every (path, tensor) that holds a top-k index buffer: modules and the helper objects they
     keep (MLA impl, its sparse-index group, the group builder), up to `depth` objects deep."""
     out: list[tuple[str, torch.Tensor]] = []
@@ -104,27 +126,26 @@ def find_holders(model: Any, depth: int = 2) -> list[tuple[str, torch.Tensor]]:
     seen_objs: set[int] = set()
     skip_types = (torch.Tensor, torch.nn.Module, dict, list, tuple, set, str, bytes, int, float, bool, type(None), type)
 
-    def visit(prefix: str, attrs: dict, level: int) -> None:
-        for name in HOLDER_ATTRS:
-            val = attrs.get(name)
-            if isinstance(val, torch.Tensor):
-                out.append((f"{prefix}.{name}" if prefix else name, val))
+    def visit(prefix: str, obj: Any, level: int) -> None:
+        attrs = vars(obj)
+        for name, val in _holder_tensors(obj, attrs, names):
+            out.append((f"{prefix}.{name}" if prefix else name, val))
         if level >= depth:
             return
-        for aname, obj in list(attrs.items()):
-            if isinstance(obj, skip_types) or callable(obj) and not hasattr(obj, "__dict__"):
+        for aname, child in list(attrs.items()):
+            if isinstance(child, skip_types) or (callable(child) and not hasattr(child, "__dict__")):
                 continue
-            if id(obj) in seen_objs:
+            if id(child) in seen_objs:
                 continue
-            seen_objs.add(id(obj))
+            seen_objs.add(id(child))
             try:
-                inner = vars(obj)
+                vars(child)
             except TypeError:
                 continue
-            visit(f"{prefix}.{aname}" if prefix else aname, inner, level + 1)
+            visit(f"{prefix}.{aname}" if prefix else aname, child, level + 1)
 
     for path, mod in named:
-        visit(path, vars(mod), 0)
+        visit(path, mod, 0)
     return out
 
 
@@ -137,8 +158,10 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
 
 
 def distinct_buffers(model: Any) -> list[tuple[str, torch.Tensor]]:
+    """The buffers the indexer writes and attention reads (what a compaction must gather);
+    a stale holder elsewhere is the holder check's business."""
     seen: dict[tuple[str, int, int], tuple[str, torch.Tensor]] = {}
-    for path, t in find_holders(model):
+    for path, t in find_holders(model, names=("topk_indices_buffer", "_topk_indices_buffer")):
         if t.dim() != 2 or t.dtype.is_floating_point:
             continue
         key = (*_storage_key(t), t.storage_offset())

@@ -190,7 +190,7 @@ def test_holders_share_one_storage_and_a_rebound_holder_is_caught(v32, guards):
     paths = {p for p, _ in holders}
     # MLA wrapper, its impl, the sparse-index group, the indexer and its op.
     assert {"layers.1.mtp_block.self_attn.topk_indices_buffer",
-            "layers.1.mtp_block.self_attn.impl._topk_indices_buffer",
+            "layers.1.mtp_block.self_attn.impl.topk_indices_buffer",
             "layers.1.mtp_block.self_attn.impl.index_group.logical_topk_indices",
             "layers.1.mtp_block.self_attn.indexer.topk_indices_buffer",
             "layers.1.mtp_block.self_attn.indexer.indexer_op.topk_indices_buffer"} <= paths

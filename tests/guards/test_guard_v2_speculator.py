@@ -8,6 +8,8 @@ stand-ins (graph capture needs a GPU) that run the guarded forward the way a cap
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 from guards_helpers import requires_vllm
 from test_guard_topk_layout import LAST, QSL, buffer_of, fill_distinct, forward_step, propose
@@ -179,11 +181,25 @@ def test_shared_buffer_gathered_once_per_layer_is_caught_on_real_code(v32_two_la
                 originals[name] = module.topk_indices_buffer
                 module.topk_indices_buffer = b1
         guards(mode="raise")  # fresh guard state: the holders changed
+        # The loop repoints modules only; layer 2's sparse-index group still holds its own
+        # buffer, which the holder check reports (what the v2 load_draft_model hook would say).
+        from invariant_check.runtime_guards import topk_layout
+
+        with pytest.raises(InvariantViolation) as holders:
+            topk_layout.check_holders(inner, "test")
+        assert holders.value.values["layer"] == "layers.2"
+        assert "layers.2.mtp_block.self_attn.impl.index_group.logical_topk_indices" in holders.value.values["holders"]
         fill_distinct(b1)
         with pytest.raises(InvariantViolation) as info:
             propose(cfg, inner)
         assert info.value.invariant == "compaction-result"
         assert 0 in info.value.values["wrong_rows"]
+        if importlib.util.find_spec("invariant_check.compaction") is not None:
+            # The swapped-in compaction gathers each distinct buffer once: correct again.
+            rep = guards(mode="raise", compaction="triton")
+            before = fill_distinct(b1)
+            propose(cfg, inner)
+            assert torch.equal(b1[:4], before[LAST]) and rep.violations == 0
     finally:
         modules = dict(inner.named_modules())
         for name, buf in originals.items():
