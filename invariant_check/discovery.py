@@ -121,7 +121,7 @@ def _walk(top, root, user, default, add, out, cwd) -> None:
                 if is_dir:
                     if matches(default, p, root) or matches(user, p, root):
                         continue
-                    if (p / "pyvenv.cfg").exists():  # a virtual environment of any name
+                    if _is_venv(p):  # a virtual environment of any name
                         continue
                     subdirs.append(p)
                 elif entry.name.endswith(".py") and entry.is_file():
@@ -135,3 +135,10 @@ def _walk(top, root, user, default, add, out, cwd) -> None:
                 reason = "symbolic link loop" if exc.errno == errno.ELOOP else (exc.strerror or str(exc))
                 out.errors.append(FileError(display_path(p, cwd), f"cannot open: {reason}"))
         stack.extend(reversed(subdirs))
+
+
+def _is_venv(folder: Path) -> bool:
+    try:
+        return os.path.isfile(folder / "pyvenv.cfg")
+    except OSError:  # an unreadable folder is reported when it is listed
+        return False

@@ -392,3 +392,27 @@ def test_no_worker_processes_falls_back_to_serial(tmp_path, monkeypatch, filler)
     assert fallback.findings == serial.findings and len(serial.findings) == 8
     assert fallback.errors == serial.errors == []
     assert any("ran serially" in w for w in fallback.warnings)
+
+
+def test_unlistable_folder(tmp_path):
+    prefix = _drop_read_override()
+    if prefix is None:
+        pytest.skip("running as root without setpriv (or without CAP_SETPCAP): cannot make a folder unreadable")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    (locked / "bad.py").write_text(BAD_CLASS)
+    locked.chmod(0)
+    (tmp_path / "ok.py").write_text(BAD_CLASS)
+    try:
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-m", "invariant_check.cli", "lint", "--select", RULE,
+             "--format", "json", "--no-cache", "."],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        )
+    finally:
+        locked.chmod(0o755)
+    assert "Traceback" not in proc.stderr
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 2
+    assert doc["errors"] == [{"path": "locked", "message": "cannot list: Permission denied"}]
+    assert [f["path"] for f in doc["findings"]] == ["ok.py"]
