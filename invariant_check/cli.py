@@ -118,6 +118,7 @@ def _lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir
     )
     result = engine.lint(found.files)
     result.errors.extend(found.errors)
+    result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
     result.files_seen += len(found.errors)
 
     from .formats import render

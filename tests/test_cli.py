@@ -497,3 +497,9 @@ def test_explain_a_prefix_names_the_candidates(tmp_path):
     assert run.code == 2 and "several rules" in run.err
     for code in all_rules():
         assert code in run.err
+
+
+def test_errors_are_sorted_by_path(tmp_path):
+    (tmp_path / "b_broken.py").write_text("def set_skip_topk(:\n")
+    doc = lint_json(tmp_path, "a_missing.py", "b_broken.py", "c_missing.py")
+    assert [e["path"] for e in doc["errors"]] == ["a_missing.py", "b_broken.py", "c_missing.py"]
