@@ -177,22 +177,48 @@ def _layer_key(path: str) -> str:
     return ""
 
 
+# Holders whose contents attention never reads: vLLM 0.32's sparse-index group takes only the
+# device, dtype and width of `logical_topk_indices` (to size its workspace); the rows it converts
+# are passed in per call from the impl's buffer. The v2 runner repoints the readers at the
+# target's buffer and leaves the group's on the draft's own, which is fine; a different
+# device/dtype/width would not be.
+LAYOUT_ONLY_HOLDERS = ("logical_topk_indices",)
+
+
 def check_holders(model: Any, site: str) -> None:
-    """Within each MTP layer, every holder of the top-k buffer must share one storage."""
+    """Within each MTP layer, every holder that is read must share one storage; layout-only
+    holders must match it in device, dtype and width."""
     groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
     for path, t in find_holders(model):
         groups.setdefault(_layer_key(path), []).append((path, t))
     for layer, holders in groups.items():
-        storages = {_storage_key(t) for _, t in holders}
+        read = [(p, t) for p, t in holders if p.rsplit(".", 1)[-1] not in LAYOUT_ONLY_HOLDERS]
+        layout_only = [(p, t) for p, t in holders if p.rsplit(".", 1)[-1] in LAYOUT_ONLY_HOLDERS]
+        desc = {p: {"data_ptr": _storage_key(t)[1], "shape": list(t.shape), "dtype": str(t.dtype),
+                    "device": str(t.device)} for p, t in holders}
+        storages = {_storage_key(t) for _, t in read}
         if len(storages) > 1:
             runtime.violation(
                 G, "holders-share-storage",
                 f"{type(model).__qualname__}: the holders of the top-k index buffer in "
                 f"{layer or 'the draft model'} point at {len(storages)} different storages; the "
                 "indexer would write one buffer and the sparse attention read another",
-                {"layer": layer, "holders": {p: {"data_ptr": _storage_key(t)[1], "shape": list(t.shape)} for p, t in holders}},
+                {"layer": layer, "holders": desc},
                 site=site,
             )
+        if read:
+            ref = read[0][1]
+            bad = [p for p, t in layout_only
+                   if t.device != ref.device or t.dtype != ref.dtype or t.shape[1:] != ref.shape[1:]]
+            if bad:
+                runtime.violation(
+                    G, "holders-share-storage",
+                    f"{type(model).__qualname__}: {', '.join(bad)} in {layer or 'the draft model'} "
+                    f"does not match the top-k buffer's device/dtype/width ({ref.device}, {ref.dtype}, "
+                    f"{list(ref.shape[1:])})",
+                    {"layer": layer, "holders": desc},
+                    site=site,
+                )
     st = _states.get(model)
     if st is not None:
         st.buffers = None

@@ -181,14 +181,13 @@ def test_shared_buffer_gathered_once_per_layer_is_caught_on_real_code(v32_two_la
                 originals[name] = module.topk_indices_buffer
                 module.topk_indices_buffer = b1
         guards(mode="raise")  # fresh guard state: the holders changed
-        # The loop repoints modules only; layer 2's sparse-index group still holds its own
-        # buffer, which the holder check reports (what the v2 load_draft_model hook would say).
+        # The loop repoints modules only; the impls read through their indexer and the
+        # sparse-index group keeps its own buffer for sizing only: no false alarm here.
         from invariant_check.runtime_guards import topk_layout
 
-        with pytest.raises(InvariantViolation) as holders:
-            topk_layout.check_holders(inner, "test")
-        assert holders.value.values["layer"] == "layers.2"
-        assert "layers.2.mtp_block.self_attn.impl.index_group.logical_topk_indices" in holders.value.values["holders"]
+        topk_layout.check_holders(inner, "test")
+        assert {str(t.data_ptr()) for p, t in topk_layout.find_holders(inner)
+                if p.startswith("layers.2") and p.endswith("topk_indices_buffer")} == {str(b1.data_ptr())}
         fill_distinct(b1)
         with pytest.raises(InvariantViolation) as info:
             propose(cfg, inner)
