@@ -102,6 +102,8 @@ class Engine:
                     states.append(state)
         result.files_seen = len(states) + len(result.errors)
 
+        # rule code -> why its cross-file pass failed; its candidates are dropped, not guessed
+        self._broken: dict[str, str] = {}
         # Cross-file rules may need files that hold none of their triggers: iterate on names.
         names_seen: set[bytes] = set()
         while True:
@@ -109,10 +111,15 @@ class Engine:
             facts = self._facts(states)
             names = set()
             for rule in self.rules:
-                names |= {
-                    n.encode()
-                    for n in rule.expand_triggers(facts.get(rule.CODE, {}), self.options[rule.CODE])
-                }
+                if rule.CODE in self._broken:
+                    continue
+                try:
+                    names |= {
+                        n.encode()
+                        for n in rule.expand_triggers(facts.get(rule.CODE, {}), self.options[rule.CODE])
+                    }
+                except Exception as exc:  # one rule's bug must not stop the others
+                    self._broken[rule.CODE] = f"internal error in expand_triggers: {_one_line(exc)}"
             new = names - names_seen
             if not new:
                 break
@@ -348,7 +355,14 @@ class Engine:
                 by_rule[code].append((s.shown, cand))
         kept: list[tuple[str, Candidate]] = []
         for rule in self.rules:
-            kept.extend(rule.finalize(by_rule[rule.CODE], facts[rule.CODE], self.options[rule.CODE]))
+            if rule.CODE in self._broken:
+                continue
+            try:
+                kept.extend(rule.finalize(by_rule[rule.CODE], facts[rule.CODE], self.options[rule.CODE]))
+            except Exception as exc:  # one rule's bug must not stop the others
+                self._broken[rule.CODE] = f"internal error in finalize: {_one_line(exc)}"
+        for code, why in self._broken.items():
+            result.errors.append(FileError(f"<rule {code}>", why))
 
         sup_cache: dict[str, suppressions.FileSuppressions] = {}
 

@@ -416,3 +416,33 @@ def test_unlistable_folder(tmp_path):
     assert proc.returncode == 2
     assert doc["errors"] == [{"path": "locked", "message": "cannot list: Permission denied"}]
     assert [f["path"] for f in doc["findings"]] == ["ok.py"]
+
+
+@pytest.mark.parametrize("stage", ["finalize", "expand_triggers"])
+def test_a_failing_cross_file_rule_does_not_stop_the_others(tmp_path, stage):
+    # A test-only rule (handed to the engine directly, not registered) whose cross-file pass
+    # raises: its candidates go, the error names it, IC003 still reports.
+    from invariant_check.rule import Rule
+
+    class Broken(Rule):
+        CODE = "IC990"
+        NAME = "broken"
+        TRIGGERS = ("set_skip_topk",)
+
+        def visit_ClassDef(self, node):
+            self.report(node.name, "never shown")
+
+    def explode(cls, *args, **kwargs):
+        raise ValueError("rule bug\nwith two lines")
+
+    setattr(Broken, stage, classmethod(explode))
+    (tmp_path / "m.py").write_text(BAD_CLASS)
+    ic003 = all_rules()[RULE]
+    engine = Engine(
+        [Broken, ic003], {"IC990": {}, RULE: ic003.default_options()}, jobs=1, root=tmp_path, cwd=tmp_path
+    )
+    result = engine.lint([tmp_path / "m.py"])
+    assert [(f.path, f.rule) for f in result.findings] == [("m.py", RULE)]
+    (error,) = result.errors
+    assert error.path == "<rule IC990>"
+    assert stage in error.message and "ValueError: rule bug" in error.message and "\n" not in error.message
