@@ -307,6 +307,9 @@ def on_set_skip(model: Any, skip: bool, site: str) -> None:
         st.step = -1
         st.compactions = 0
         st.reported_order = False
+        # A graph-replayed step 0 shows no forward: never compare against the last proposal's batch.
+        st.query_start_loc = None
+        st.requests = None
     st.skip = skip
 
 

@@ -203,3 +203,20 @@ def test_shared_buffer_gathered_once_per_layer_is_caught_on_real_code(v32_two_la
         modules = dict(inner.named_modules())
         for name, buf in originals.items():
             modules[name].topk_indices_buffer = buf
+
+
+def test_graph_replayed_prefill_is_not_compared_with_the_previous_batch(v32, guards):
+    cfg, model, inner = v32
+    rep = guards(mode="raise")
+    fill_distinct(buffer_of(inner))
+    spec = make_speculator(cfg, model, inner)
+    spec.on_prefill_begin(4)
+    forward_step(cfg, inner, 16, QSL)  # an eager prefill with 4 requests
+    spec.last_token_indices[:4] = torch.tensor(LAST)
+    spec.on_prefill_end(4)
+    spec.on_multi_step_decode_begin(4)
+    spec.on_multi_step_decode_end(4)
+    spec.on_prefill_begin(2)  # next proposal: 2 requests, prefill replayed as a graph (no forward)
+    spec.last_token_indices[:2] = torch.tensor([3, 7])
+    spec.on_prefill_end(2)
+    assert rep.violations == 0
