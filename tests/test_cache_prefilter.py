@@ -293,3 +293,23 @@ def test_deleted_files_leave_the_cache(tree):
     stat = json.loads(cache_file.read_text())["stat"]
     assert str(tree / "pkg" / "many" / "m3.py") not in stat
     assert str(tree / "pkg" / "many" / "m2.py") in stat
+
+
+def test_the_comparison_has_teeth(tmp_path):
+    # A test-only rule whose trigger does not cover what it reports: the prefilter then hides
+    # a finding, and comparing against --no-prefilter is what exposes it.
+    from invariant_check.rule import Rule
+
+    class Leaky(Rule):
+        CODE = "IC991"
+        NAME = "leaky"
+        TRIGGERS = ("never_present_anywhere",)
+
+        def visit_ClassDef(self, node):
+            self.report(node.name, "class")
+
+    write_tree(tmp_path, {"a.py": "class A:\n    pass\n"})
+    files = [tmp_path / "a.py"]
+    on = Engine([Leaky], {"IC991": {}}, prefilter=True, jobs=1, root=tmp_path, cwd=tmp_path).lint(files)
+    off = Engine([Leaky], {"IC991": {}}, prefilter=False, jobs=1, root=tmp_path, cwd=tmp_path).lint(files)
+    assert on.findings != off.findings
