@@ -67,6 +67,9 @@ def parse(source: bytes | str) -> FileSuppressions:
         if MARKER.decode() not in source:
             return FileSuppressions(False, {})
         text = source
+    if "\r" in text:
+        # Lines numbered as the parser numbers them: a lone CR (old Mac files) ends a line too.
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     skip = False
     by_line: dict[int, list[Suppression]] = {}
     for line, col, comment in _comments(text):

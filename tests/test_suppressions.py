@@ -179,3 +179,15 @@ def test_unused_ignores_in_an_unparseable_file_are_not_reported(tmp_path):
     doc = json.loads(run.out)
     assert run.code == 2 and [e["path"] for e in doc["errors"]] == ["m.py"]
     assert doc["findings"] == []
+
+
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr"])
+def test_suppressions_with_other_line_endings(tmp_path, newline):
+    code = (HEAD + CLASS.format(comment="  # invariant-check: ignore[IC003]")).replace("\n", newline)
+    (tmp_path / "m.py").write_bytes(code.encode())
+    run = run_cli("lint", "--select", RULE, "--warn-unused-ignores", "--format", "json", "--no-cache", "m.py", cwd=tmp_path)
+    assert run.code == 0, run.out
+    unsuppressed = (HEAD + CLASS.format(comment="") + "x = 1  # invariant-check: ignore[IC003]\n").replace("\n", newline)
+    (tmp_path / "m.py").write_bytes(unsuppressed.encode())
+    run = run_cli("lint", "--select", RULE, "--warn-unused-ignores", "--format", "json", "--no-cache", "m.py", cwd=tmp_path)
+    assert rules_at(json.loads(run.out)["findings"]) == [(RULE, 3), ("IC900", 6)]
