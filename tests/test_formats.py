@@ -247,3 +247,12 @@ def test_sarif_for_a_file_name_that_is_not_utf8(tmp_path, validator):
     assert not list(validator.iter_errors(doc))
     (result,) = doc["runs"][0]["results"]
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == "caf%E9.py"
+
+
+def test_text_source_line_after_unusual_separators(tmp_path):
+    # U+2028 and a form feed are not line ends for Python: the shown line must be line 3
+    (tmp_path / "sep.py").write_text("# a\u2028b\x0cc\n" + BAD_CLASS.replace("import torch.nn as nn\n", ""), encoding="utf-8")
+    run = run_cli("lint", "--select", RULE, "--show-source", "--no-cache", "sep.py", cwd=tmp_path)
+    lines = run.out.splitlines()
+    i = next(i for i, l in enumerate(lines) if l.startswith("sep.py:3:7: IC003"))
+    assert lines[i + 1] == "    class Predictor(nn.Module):"

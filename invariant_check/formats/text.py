@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
+
+_LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def _source_line(path: str, line: int, cache: dict) -> str | None:
     if path not in cache:
         try:
             with open(path, "rb") as fh:
-                cache[path] = fh.read().decode("utf-8-sig", errors="replace").splitlines()
+                # Python ends lines at \n, \r\n and \r only; str.splitlines would also split
+                # at form feeds and U+2028 and show the wrong line.
+                cache[path] = _LINE_END.split(fh.read().decode("utf-8-sig", errors="replace"))
         except OSError:
             cache[path] = []
     lines = cache[path]
