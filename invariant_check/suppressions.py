@@ -45,16 +45,18 @@ class FileSuppressions:
 
 
 def _comments(text: str):
+    seen: set[int] = set()  # lines whose comment was yielded: the fallback must not repeat them
     try:
         for tok in tokenize.generate_tokens(io.StringIO(text).readline):
             if tok.type == tokenize.COMMENT:
+                seen.add(tok.start[0])
                 yield tok.start[0], tok.start[1], tok.string
     except (tokenize.TokenError, IndentationError, SyntaxError):
         # Tokenizing failed mid-file: fall back to plain lines for the rest, where a '#'
         # inside a string could be mistaken for a comment (harmless: it only suppresses).
-        for lineno, line in enumerate(text.splitlines(), 1):
+        for lineno, line in enumerate(text.split("\n"), 1):  # CRs are already \n here
             idx = line.find("#")
-            if idx >= 0:
+            if idx >= 0 and lineno not in seen:
                 yield lineno, idx, line[idx:]
 
 

@@ -191,3 +191,9 @@ def test_suppressions_with_other_line_endings(tmp_path, newline):
     (tmp_path / "m.py").write_bytes(unsuppressed.encode())
     run = run_cli("lint", "--select", RULE, "--warn-unused-ignores", "--format", "json", "--no-cache", "m.py", cwd=tmp_path)
     assert rules_at(json.loads(run.out)["findings"]) == [(RULE, 3), ("IC900", 6)]
+
+
+def test_parse_fallback_does_not_repeat_comments():
+    # tokenizing fails at the end (open bracket); the comments already read are not read again
+    sups = suppressions.parse(b"a = 1  # invariant-check: ignore[IC003]\nx = (\n  # invariant-check: ignore[IC001]\n")
+    assert sorted((line, len(s)) for line, s in sups.by_line.items()) == [(1, 1), (3, 1)]
