@@ -131,7 +131,8 @@ def _print_guards_text(res: dict[str, Any]) -> None:
             status = "patched" if r["patched"] else ("found, NOT patched" if r["found"] else
                                                      ("not importable" if "Error" in r.get("why_not", "") else "not found"))
             extra = f"  [{r['why_not']}]" if r.get("why_not") else ""
-            click.echo(f"  {status:18} {r['target']}  (vLLM {r['versions']}){extra}")
+            when = "discovered" if r["versions"] == "discovered" else f"vLLM {r['versions']}"
+            click.echo(f"  {status:18} {r['target']}  ({when}){extra}")
 
 
 @click.command("guards")
