@@ -90,16 +90,23 @@ class Engine:
     def lint(self, files: Iterable[Path]) -> LintResult:
         result = LintResult()
         files = list(files)
-        states = self._scan_parallel(files, result) if self._parallel_scan(files) else None
-        if states is None:
-            states = []
+        states: list[_FileState] = []
+        # Files the stat memo vouches for are scanned here (no read); the rest go to the
+        # workers when there are many of them.
+        misses = files
+        if self.cache is not None and self._parallel_scan(files):
+            misses = []
             for path in files:
-                state = _FileState(path, display_path(path, self.cwd))
-                err = self._scan(state)
-                if err:
-                    result.errors.append(err)
+                if self._memo_hit(path):
+                    self._scan_into(path, states, result)
                 else:
-                    states.append(state)
+                    misses.append(path)
+        scanned = self._scan_parallel(misses, result) if self._parallel_scan(misses) else None
+        if scanned is None:
+            for path in misses:
+                self._scan_into(path, states, result)
+        else:
+            states.extend(scanned)
         result.files_seen = len(states) + len(result.errors)
 
         # rule code -> why its cross-file pass failed; its candidates are dropped, not guessed
@@ -193,6 +200,20 @@ class Engine:
             entry.update({"m": sorted(matched), "w": wanted, "s": s.has_marker, "skip": skip})
             self.cache.remember(str(s.path), st, s.digest)
         return None
+
+    def _scan_into(self, path: Path, states: list[_FileState], result: LintResult) -> None:
+        state = _FileState(path, display_path(path, self.cwd))
+        err = self._scan(state)
+        if err:
+            result.errors.append(err)
+        else:
+            states.append(state)
+
+    def _memo_hit(self, path: Path) -> bool:
+        try:
+            return self.cache.digest_for(str(path), os.stat(path)) is not None
+        except OSError:
+            return False
 
     def _parallel_scan(self, files: list[Path]) -> bool:
         # Reading and prefiltering a large tree costs as much as parsing its few trigger
@@ -345,7 +366,7 @@ class Engine:
                 continue
             if s.result.error is not None:
                 result.errors.append(s.result.error)
-                continue
+                # a parse error has no candidates; a rule error keeps the other rules' ones
             for cand in s.result.candidates:
                 code = cand.finding.rule
                 if code not in by_rule:
@@ -542,7 +563,27 @@ def lint_source(
     except BaseException as exc:
         if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
             raise
-        return FileResult(error=FileError(shown, f"internal error in a rule: {_one_line(exc)}"))
+    # A rule raised, and the batched traversal took every rule's results with it. Only on this
+    # rare path: one traversal per rule, so that the error names the culprit and the other
+    # rules still report in this file.
+    out = FileResult()
+    failed = []
+    for rule in rules:
+        try:
+            part = _visit(shown, module, [rule], options)
+        except RecursionError:
+            failed.append(f"{rule.CODE}: nesting too deep")
+            continue
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit, GeneratorExit)):
+                raise
+            failed.append(f"{rule.CODE}: {_one_line(exc)}")
+            continue
+        out.candidates.extend(part.candidates)
+        out.facts.update(part.facts)
+    # (a failure that does not repeat rule by rule still leaves an error, never silence)
+    out.error = FileError(shown, "internal error in a rule: " + ("; ".join(failed) or "batched traversal failed"))
+    return out
 
 
 def _one_line(exc: BaseException) -> str:

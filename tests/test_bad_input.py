@@ -330,6 +330,8 @@ def _check_result(result: FileResult) -> None:
     if result.error is not None:
         assert result.error.path == "m.py" and result.error.message
         assert "\n" not in result.error.message
+        # the rules must cope with anything that parses: a rule error here is a rule bug
+        assert "internal error" not in result.error.message, result.error.message
         assert result.candidates == []
     for cand in result.candidates:
         assert cand.finding.line >= 1 and cand.finding.column >= 1
@@ -354,7 +356,7 @@ def test_cli_never_raises(sources):
         )
         assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
         assert result.exit_code in (0, 1, 2)
-        assert "Traceback" not in result.output and "internal error" not in result.stderr
+        assert "Traceback" not in result.output and "internal error" not in result.output
         doc = json.loads(result.stdout)
         assert len(doc["errors"]) <= len(sources)
         assert (result.exit_code == 2) == bool(doc["errors"])
@@ -446,3 +448,28 @@ def test_a_failing_cross_file_rule_does_not_stop_the_others(tmp_path, stage):
     (error,) = result.errors
     assert error.path == "<rule IC990>"
     assert stage in error.message and "ValueError: rule bug" in error.message and "\n" not in error.message
+
+
+def test_a_rule_that_raises_in_one_file_does_not_silence_the_others(tmp_path):
+    # A test-only rule that raises while visiting: the file gets an error naming it, and the
+    # other rules' findings in that same file are still reported.
+    from invariant_check.rule import Rule
+
+    class Crashing(Rule):
+        CODE = "IC992"
+        NAME = "crashing"
+        TRIGGERS = ("set_skip_topk",)
+
+        def visit_FunctionDef(self, node):
+            raise KeyError("no such thing")
+
+    (tmp_path / "m.py").write_text(BAD_CLASS)
+    ic003 = all_rules()[RULE]
+    engine = Engine(
+        [Crashing, ic003], {"IC992": {}, RULE: ic003.default_options()}, jobs=1, root=tmp_path, cwd=tmp_path
+    )
+    result = engine.lint([tmp_path / "m.py"])
+    assert [(f.path, f.rule, f.line) for f in result.findings] == [("m.py", RULE, 3)]
+    (error,) = result.errors
+    assert error.path == "m.py"
+    assert error.message == "internal error in a rule: IC992: KeyError: 'no such thing'"
