@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import libcst as cst
-import libcst.matchers as m
 
 from invariant_check.rule import Rule
 from invariant_check.types import Invalid, Option, Valid
@@ -35,7 +34,7 @@ _PLACEHOLDER = "<token indices sampled in step 0>"
 
 
 def _is_true(arg: cst.Arg) -> bool:
-    return m.matches(arg.value, m.Name("True"))
+    return isinstance(arg.value, cst.Name) and arg.value.value == "True"
 
 
 @dataclass
@@ -808,7 +807,7 @@ def _followable(func: cst.BaseExpression, imported: set[str]) -> bool:
     if isinstance(base, cst.Name):
         return base.value in ("self", "cls") or base.value in imported
     if isinstance(base, cst.Call):
-        return m.matches(base.func, m.Name("super"))
+        return isinstance(base.func, cst.Name) and base.func.value == "super"
     head = dotted(base)
     return head is not None and head.split(".", 1)[0] in imported
 
