@@ -75,7 +75,11 @@ class LastEntryValidation(Rule):
 
     ## Options
     - `metadata-names` (globs, case-insensitive): names that hold attention metadata.
-      Default `*metadata*`, `*attn_md*`, `*_md`, `md`.
+      Default `*metadata*`, `*attn_md*`, `*_md`, `md`. Measured on the whole `vllm/` tree of
+      six releases (0.18.0 to 0.33.0): with every loop-assigned name (`*`) the rule reports
+      38 findings, 34 of them on correct code (counters, search results, last-batch values);
+      `*metadata*` alone and the default both report exactly the 4 known sites. The default
+      adds the short spellings vLLM's drafters use (`group_md`, `attn_md`, `md`).
     - `metadata-types` (globs): type names that mark a check as a metadata check whatever
       the variable is called. Default `*Metadata`, `*attn_types` (as in
       `self.allowed_attn_types`).
