@@ -23,6 +23,7 @@ from . import suppressions
 from .cache import Cache, digest
 from .discovery import display_path
 from .rule import Rule, RuleContext
+from .traversal import walk_batched
 from .types import Candidate, FileError, FileResult, Finding
 
 UNUSED_SUPPRESSION = ("IC900", "unused-suppression")
@@ -190,7 +191,11 @@ class Engine:
                 trig = self._triggers[rule.CODE]
                 if any(t in data for t in trig) and rule.may_apply(data, opts):
                     matched.add(rule.CODE)
-                if not fact_hit and any(t in data for t in self._fact_triggers[rule.CODE]):
+                if (
+                    not fact_hit
+                    and any(t in data for t in self._fact_triggers[rule.CODE])
+                    and rule.may_collect(data, opts)
+                ):
                     fact_hit = True
         s.report_rules = matched
         wanted = bool(matched) or fact_hit
@@ -605,7 +610,10 @@ def _syntax_error(shown: str, exc: cst.ParserSyntaxError, cpython: SyntaxError |
 def _visit(shown, module, rules, options) -> FileResult:
     instances = [r(RuleContext(shown, options[r.CODE])) for r in rules]
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    wrapper.visit_batched(instances)
+    if any(inst.get_inherited_dependencies() for inst in instances):
+        wrapper.visit_batched(instances)  # resolves the metadata the rules declared
+    else:
+        walk_batched(module, instances)  # same calls, without rebuilding every node
     out = FileResult()
     reported = [inst for inst in instances if inst.reports]
     if reported:

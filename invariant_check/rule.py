@@ -77,6 +77,11 @@ class Rule(cst.BatchableCSTVisitor):
         """Substrings of files that must be parsed for this rule's facts, not for findings."""
         return ()
 
+    @classmethod
+    def may_collect(cls, source: bytes, options: dict[str, Any]) -> bool:
+        """A second look at a file that holds a fact trigger, like `may_apply`."""
+        return True
+
     # -- cross-file pass -----------------------------------------------------------------
     @classmethod
     def expand_triggers(cls, facts: dict[str, Any], options: dict[str, Any]) -> set[str]:

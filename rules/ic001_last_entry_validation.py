@@ -834,17 +834,33 @@ _TARGET_PREFIX = re.compile(rb"[\w, ()*\[\]\t]*\Z")
 _ASSIGN_SUFFIX = re.compile(rb"[^\n=]*?(?<![<>!=])=(?!=)")
 
 
-def _bindings(low: bytes, subjects: set[bytes]):
-    """(position, line start) of each place a subject may be bound: a `for` target or the
-    target side of an assignment, decided from the text of its own line."""
+def _bindings(low: bytes, subjects: set[bytes], last_site: dict[bytes, int]):
+    """(match, line start) of each place a subject may be bound before its last check: a
+    `for` target or the target side of an assignment, decided from the text of its line."""
     finder = re.compile(rb"\b(?:" + b"|".join(re.escape(x) for x in sorted(subjects)) + rb")\b")
     for mm in finder.finditer(low):
+        if mm.start() >= last_site[mm.group(0)]:
+            continue
         line_start = low.rfind(b"\n", 0, mm.start()) + 1
         head = low[line_start : mm.start()]
         if _FOR_PREFIX.match(head) and b" in " not in head:
             yield mm, line_start
         elif _TARGET_PREFIX.match(head) and _ASSIGN_SUFFIX.match(low, mm.end()):
             yield mm, line_start
+
+
+_HEADER_WORDS = (b"for ", b"async for ", b"def ", b"async def ", b"class ")
+
+
+def _headers(lines: list[bytes]) -> tuple[list[int], list[tuple[int, bool]]]:
+    """Line numbers of `for`/`def`/`class` lines, and for each (indent, is a for)."""
+    at, info = [], []
+    for idx, line in enumerate(lines):
+        stripped = line.lstrip()
+        if stripped.startswith(_HEADER_WORDS):
+            at.append(idx)
+            info.append((len(line) - len(stripped), stripped.startswith((b"for ", b"async for "))))
+    return at, info
 
 
 def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) -> bool:
@@ -898,7 +914,9 @@ def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) ->
             continue
         ifs = list(_IF_LINE.finditer(low, lo, raise_pos))
         if ifs:
-            sites.append((ifs[-1].start(), md_names(low, ifs[-1].start(), raise_pos)))
+            found = md_names(low, ifs[-1].start(), raise_pos)
+            if found:
+                sites.append((ifs[-1].start(), found))
     if not sites:
         return False
     lines = low.split(b"\n")
@@ -908,11 +926,18 @@ def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) ->
         return len(lines[i]) - len(lines[i].lstrip())
 
     subjects = set().union(*(names for _, names in sites))
-    for bound, line_start in _bindings(low, subjects):
+    last_site: dict[bytes, int] = {}
+    for pos, names_here in sites:
+        for name in names_here:
+            last_site[name] = max(last_site.get(name, -1), pos)
+    headers = None
+    for bound, line_start in _bindings(low, subjects, last_site):
+        if headers is None:
+            headers = _headers(lines)
         name = bound.group(0)
         i = bisect.bisect_right(starts, line_start) - 1
         is_for = lines[i].lstrip().startswith((b"for ", b"async for "))
-        loop_indent = _enclosing_for_indent(lines, indent, i, is_for)
+        loop_indent = indent(i) if is_for else _enclosing_for_indent(headers, i, indent(i))
         if loop_indent is None:
             continue
         for pos, names_here in sites:
@@ -923,18 +948,16 @@ def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) ->
     return False
 
 
-def _enclosing_for_indent(lines, indent, i, is_for) -> int | None:
-    if is_for:
-        return indent(i)
-    own = indent(i)
-    for j in range(i - 1, -1, -1):
-        s = lines[j].lstrip()
-        if not s or s.startswith(b"#") or indent(j) >= own:
+def _enclosing_for_indent(headers, i: int, own: int) -> int | None:
+    """The indent of the nearest `for` line above line i with a smaller indent, unless a
+    `def`/`class` line with a smaller indent comes first (then None). Other lines with a
+    smaller indent (`if`, `with`, continuation lines) are passed over: over-approximate."""
+    at, info = headers
+    for h in range(bisect.bisect_left(at, i) - 1, -1, -1):
+        h_indent, is_for = info[h]
+        if h_indent >= own:
             continue
-        if s.startswith((b"for ", b"async for ")):
-            return indent(j)
-        if s.startswith((b"def ", b"async def ", b"class ")):
-            return None
+        return h_indent if is_for else None
     return None
 
 

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import builtins
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import libcst as cst
@@ -31,6 +33,12 @@ _STOP = frozenset(dir(builtins)) | frozenset(
 
 _INDEX_NAMES = ("token_indices_to_sample", "last_token_indices")
 _PLACEHOLDER = "<token indices sampled in step 0>"
+
+
+@lru_cache(maxsize=16)
+def _call_regex(name: str, first_arg: bytes) -> re.Pattern[bytes]:
+    """A call of `name` (not its `def`), optionally with a given first argument."""
+    return re.compile(rb"(?<!def )\b" + re.escape(name.encode()) + rb"\s*\(" + first_arg)
 
 
 def _is_true(arg: cst.Arg) -> bool:
@@ -570,6 +578,16 @@ def draft(self, idx):
     @classmethod
     def triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
         return (options["switch-method"],)
+
+    @classmethod
+    def may_apply(cls, source: bytes, options: dict[str, Any]) -> bool:
+        # Only a call with the literal `True` is a switch (see _is_true).
+        return _call_regex(options["switch-method"], rb"\s*True\b").search(source) is not None
+
+    @classmethod
+    def may_collect(cls, source: bytes, options: dict[str, Any]) -> bool:
+        # Facts seed the direct compactors: files that call the method, not only define it.
+        return _call_regex(options["compaction-method"], b"").search(source) is not None
 
     def __init__(self, context) -> None:
         super().__init__(context)

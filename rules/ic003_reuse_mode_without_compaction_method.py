@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import bisect
+import itertools
+import re
 from typing import Any
 
 import libcst as cst
@@ -111,6 +114,28 @@ class CompactingBase(nn.Module):
 """
             },
         ),
+        # The reference kernel assigned as the method.
+        Valid(
+            """
+from invariant_check.compaction import compact_topk_indices_
+
+class Predictor(nn.Module):
+    compact_topk_indices = compact_topk_indices_
+
+    def set_skip_topk(self, skip):
+        self.skip = skip
+"""
+        ),
+        # A nested function of that name is no method of the class.
+        Valid(
+            """
+class Predictor(nn.Module):
+    def configure(self):
+        def set_skip_topk(skip):
+            return skip
+        return set_skip_topk
+"""
+        ),
         # Unknown base outside the linted tree: cannot prove it lacks the method.
         Valid(
             """
@@ -139,6 +164,23 @@ class Predictor(nn.Module):
         ),
         Invalid(
             """
+class Complete(nn.Module):
+    def set_skip_topk(self, skip):
+        self.skip = skip
+
+    def compact_topk_indices(self, slot_ids):
+        self.buf[: slot_ids.numel()] = self.buf[slot_ids]
+
+
+class Incomplete(nn.Module):
+    def set_skip_topk(self, skip):
+        self.skip = skip
+""",
+            line=9,
+            message_contains="Incomplete",
+        ),
+        Invalid(
+            """
 class Base(nn.Module):
     pass
 
@@ -164,8 +206,8 @@ class Predictor(nn.Module):
         return (options["switch-method"],)
 
     @classmethod
-    def fact_triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        return (options["compaction-method"],)
+    def may_apply(cls, source: bytes, options: dict[str, Any]) -> bool:
+        return _may_apply(source, options["switch-method"].encode(), options["compaction-method"].encode())
 
     def __init__(self, context) -> None:
         super().__init__(context)
@@ -174,11 +216,7 @@ class Predictor(nn.Module):
         self._stack: list[tuple[cst.ClassDef, set[str]]] = []
 
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        methods = {
-            stmt.name.value
-            for stmt in node.body.body
-            if isinstance(stmt, cst.FunctionDef)
-        }
+        methods = _members(node)
         bases = [dotted(arg.value) or "?" for arg in node.bases if arg.keyword is None]
         compaction = self.options["compaction-method"]
         entry = self.facts["classes"].setdefault(node.name.value, [])
@@ -244,3 +282,62 @@ class Predictor(nn.Module):
             if not any(may_compact(b, set()) for b in cand.data["bases"]):
                 kept.append((path, cand))
         return kept
+
+
+def _members(node: cst.ClassDef) -> set[str]:
+    """Names a class body defines: methods, and attributes assigned there
+    (`compact_topk_indices = compact_topk_indices_` provides the method too)."""
+    names: set[str] = set()
+    for stmt in node.body.body:
+        if isinstance(stmt, cst.FunctionDef):
+            names.add(stmt.name.value)
+        elif isinstance(stmt, cst.SimpleStatementLine):
+            for small in stmt.body:
+                if isinstance(small, cst.Assign):
+                    names.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
+                elif isinstance(small, cst.AnnAssign) and small.value is not None:
+                    if isinstance(small.target, cst.Name):
+                        names.add(small.target.value)
+    return names
+
+
+def _may_apply(source: bytes, switch: bytes, compaction: bytes) -> bool:
+    """Whether some class that defines the switch may lack the compaction: for each
+    `def <switch>`, find the class line above it (a smaller indent) and look for the
+    compaction defined or assigned in that class's block. Anything unclear counts as a
+    possible finding, so the file is parsed."""
+    switch_re = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+" + re.escape(switch) + rb"\b", re.MULTILINE)
+    provides = re.compile(
+        rb"^[ \t]+(?:(?:async[ \t]+)?def[ \t]+" + re.escape(compaction) + rb"\b|"
+        + re.escape(compaction) + rb"[ \t]*(?::[^\n=]*)?=(?!=))",
+        re.MULTILINE,
+    )
+    lines = None
+    for hit in switch_re.finditer(source):
+        if lines is None:
+            lines = source.split(b"\n")
+            starts = list(itertools.accumulate((len(l) + 1 for l in lines[:-1]), initial=0))
+        i = bisect.bisect_right(starts, hit.start()) - 1
+        own = len(hit.group(1).expandtabs())
+        cls_line = None
+        for j in range(i - 1, -1, -1):
+            text = lines[j]
+            stripped = text.lstrip()
+            if not stripped or stripped.startswith(b"#"):
+                continue
+            if len(text[: len(text) - len(stripped)].expandtabs()) < own:
+                cls_line = j if stripped.startswith(b"class ") else None
+                break
+        if cls_line is None:
+            return True  # not plainly a method: let the parser decide
+        cls_indent = len(lines[cls_line]) - len(lines[cls_line].lstrip())
+        end = len(lines)
+        for j in range(cls_line + 1, len(lines)):
+            stripped = lines[j].lstrip()
+            if stripped and not stripped.startswith(b"#") and len(lines[j]) - len(stripped) <= cls_indent:
+                end = j
+                break
+        block_end = starts[end] if end < len(starts) else len(source)
+        if not provides.search(source, starts[cls_line], block_end):
+            return True
+    return False
