@@ -4,7 +4,7 @@ libcst's own visitor walk rebuilds every node it passes (`_visit_and_replace_chi
 costs about three times the parse. Rules only read the tree, so this walker reads the
 dataclass fields of each node instead, in source order, and calls each rule's `visit_<Type>`
 and `leave_<Type>` as libcst's batched visitor does (return values are ignored there too).
-Whitespace, comments and punctuation are skipped unless some rule visits them.
+Whitespace, comments and punctuation are skipped; a rule that visits them gets libcst's walk.
 tests/test_traversal.py checks the visit order against libcst's on real code.
 """
 
@@ -86,6 +86,7 @@ def _fields(cls: type) -> tuple[str, ...]:
 
 def walk_batched(module: cst.Module, visitors: Iterable[cst.BatchableCSTVisitor]) -> None:
     """Call every visitor's visit_/leave_ methods over `module`, in source order."""
+    visitors = list(visitors)
     visit: dict[str, list[Callable]] = {}
     leave: dict[str, list[Callable]] = {}
     for v in visitors:
@@ -95,9 +96,12 @@ def walk_batched(module: cst.Module, visitors: Iterable[cst.BatchableCSTVisitor]
                 if _overridden(bound):
                     table = visit if attr[0] == "v" else leave
                     table.setdefault(attr[6:], []).append(bound)
-    # Only skip noise when nobody asked to see it.
-    skip = frozenset() if (set(visit) | set(leave)) & _NOISE_NAMES else _NOISE_NAMES
-    _walk(module, visit, leave, skip)
+    if (set(visit) | set(leave)) & _NOISE_NAMES:
+        # A rule wants whitespace, comments or punctuation: their exact places come from
+        # libcst's own (slower) walk.
+        cst.visit_batched(module, visitors)
+        return
+    _walk(module, visit, leave, _NOISE_NAMES)
 
 
 _BASES = frozenset(
