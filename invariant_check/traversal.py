@@ -56,6 +56,9 @@ _SOURCE_ORDER = {
     "ExceptHandler": ("type", "name", "body"),
     "ExceptStarHandler": ("type", "name", "body"),
     "MatchCase": ("pattern", "guard", "body"),
+    "For": ("asynchronous", "target", "iter", "body", "orelse"),
+    "With": ("asynchronous", "items", "body"),
+    "CompFor": ("asynchronous", "target", "iter", "ifs", "inner_for_in"),
 }
 
 
