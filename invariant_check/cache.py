@@ -101,12 +101,13 @@ class Cache:
             if not gitignore.exists():
                 gitignore.write_text("# created by invariant-check\n*\n")
             fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+            # json.dumps, not json.dump: only the former uses the C encoder.
+            text = json.dumps(
+                {"format": FORMAT, "stat": self.stat_memo, "entries": self.entries},
+                separators=(",", ":"),
+            )
             with os.fdopen(fd, "w") as fh:
-                json.dump(
-                    {"format": FORMAT, "stat": self.stat_memo, "entries": self.entries},
-                    fh,
-                    separators=(",", ":"),
-                )
+                fh.write(text)
             os.replace(tmp, self.file)
         except OSError as exc:
             return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
