@@ -409,8 +409,10 @@ def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> Non
         ("invariant_check/engine.py", "_parse_wanted"): "engine._parse_wanted (everything below)",
         ("invariant_check/engine.py", "_cpython_check"): "  CPython compile() check",
         ("libcst/_parser/entrypoints.py", "_parse"): "  libcst parse",
-        ("libcst/metadata/wrapper.py", "visit_batched"): "  libcst batched traversal (rules)",
-        ("libcst/metadata/wrapper.py", "resolve"): "  libcst metadata (positions, parents)",
+        ("invariant_check/engine.py", "_visit"): "  the rules' pass over the tree (everything below)",
+        ("libcst/metadata/wrapper.py", "visit_batched"): "    libcst visit_batched (rules that declare metadata; metadata resolution)",
+        ("invariant_check/traversal.py", "walk_batched"): "    read-only batched walk (rules)",
+        ("libcst/metadata/wrapper.py", "resolve"): "    libcst metadata (findings' positions, parents)",
         ("invariant_check/engine.py", "_finish"): "engine._finish",
         ("invariant_check/cache.py", "save"): "cache save",
     }
