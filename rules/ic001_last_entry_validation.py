@@ -156,6 +156,17 @@ def propose(groups):
         ),
         Valid(
             """
+def collect(self, metadata):
+    kinds = {
+        report.kind
+        for report in metadata.values()
+        if isinstance(report, HandshakeMetadata)
+    }
+    return kinds
+"""
+        ),
+        Valid(
+            """
 def count(items):
     for item in items:
         total = item.size
@@ -274,6 +285,14 @@ def propose(self, groups):
         Invalid(
             """
 def propose(self, groups):
+    for group in groups: attn_metadata = group.build()
+    if attn_metadata is None: raise ValueError("no metadata")
+""",
+            line=3,
+        ),
+        Invalid(
+            """
+def propose(self, groups):
     for group in groups:
         plan = group.build()
     assert isinstance(plan, Plan)
@@ -322,7 +341,7 @@ def propose(self, groups):
             state.pop(stmt.name.value, None)
             acc.names.add(stmt.name.value)
             return  # their own scope; visited separately
-        if isinstance(stmt, cst.SimpleStatementLine):
+        if isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
             for small in stmt.body:
                 if isinstance(small, cst.Assert):
                     self._check_expr(small.test, small, state, assert_like=True)
@@ -406,7 +425,8 @@ def propose(self, groups):
     # -- checks ----------------------------------------------------------------------------
     def _check_if(self, node: cst.If, state) -> None:
         raises = any(
-            isinstance(s, cst.SimpleStatementLine) and any(isinstance(x, cst.Raise) for x in s.body)
+            isinstance(s, (cst.SimpleStatementLine, cst.SimpleStatementSuite))
+            and any(isinstance(x, cst.Raise) for x in s.body)
             for s in _body(node.body)
         )
         self._check_expr(node.test, node, state, assert_like=raises)
@@ -755,20 +775,23 @@ def _find_all(text: bytes, literal: bytes):
         pos = text.find(literal, pos + 1)
 
 
-def _has_shape(low: bytes, names: tuple[str, ...]) -> bool:
+def _has_shape(low: bytes, names: tuple[str, ...], start: int, end: int) -> bool:
+    """A one-entry access of a metadata collection between `start` and `end`."""
     before, after = _shape_context(names)
-    for hit in _MINUS_ONE.finditer(low):  # starts with a literal: scanned at C speed
-        if before.search(low, max(0, hit.start() - 160), hit.start()):
+    for hit in _MINUS_ONE.finditer(low, start, end):
+        if before.search(low, max(start, hit.start() - 160), hit.start()):
             return True
     for pos in _find_all(low, b"next("):
+        if pos >= end:
+            break
+        if pos < start:
+            continue
         hit = _NEXT.match(low, pos)
-        if hit and after.match(low, hit.end(), hit.end() + 160):
+        if hit and after.match(low, hit.end(), min(end, hit.end() + 160)):
             return True
     return False
 
 
-# Literal-first patterns: Python's re tries every position, so a pattern that starts with a
-# literal (and checks "at line start" afterwards) is far cheaper than one starting with `^\s*`.
 _IF_LINE = re.compile(rb"^[ \t]*(?:el)?if\b", re.MULTILINE)
 _SUBJECT = re.compile(rb"(?:isinstance|type)\(\s*([a-z_][a-z0-9_]*)")
 _ID_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_")
@@ -797,9 +820,12 @@ def _statement_end(text: bytes, start: int) -> int:
     return limit
 
 
-def _at_line_start(text: bytes, pos: int) -> bool:
+def _at_statement_start(text: bytes, pos: int, after_colon: bool = False) -> bool:
+    """Whether a keyword at `pos` starts a statement: first on its line, after `;`, or
+    (for `if x: raise`) after a colon."""
     line_start = text.rfind(b"\n", 0, pos) + 1
-    return not text[line_start:pos].strip()
+    head = text[line_start:pos].rstrip()
+    return not head or head.endswith(b";") or (after_colon and head.endswith(b":"))
 
 
 @lru_cache(maxsize=16)
@@ -845,11 +871,23 @@ def _bindings(low: bytes, subjects: set[bytes], last_site: dict[bytes, int]):
         head = low[line_start : mm.start()]
         if _FOR_PREFIX.match(head) and b" in " not in head:
             yield mm, line_start
-        elif _TARGET_PREFIX.match(head) and _ASSIGN_SUFFIX.match(low, mm.end()):
+            continue
+        # the target side of an assignment, also after `:` or `;` on the same line
+        tail = head.rsplit(b";", 1)[-1].rsplit(b":", 1)[-1]
+        if _TARGET_PREFIX.match(tail) and _ASSIGN_SUFFIX.match(low, mm.end()):
             yield mm, line_start
 
 
 _HEADER_WORDS = (b"for ", b"async for ", b"def ", b"async def ", b"class ")
+_FOR_WORDS = (b"for ", b"async for ")
+
+
+def _is_loop_header(stripped: bytes) -> bool:
+    """A `for` line that starts a loop statement, not a comprehension's `for` clause: it has a
+    colon (`for x in y:`, also one-line loops) or goes on to the next line."""
+    return stripped.startswith(_FOR_WORDS) and (
+        b":" in stripped or stripped.rstrip().endswith((b"(", b"[", b",", b"\\"))
+    )
 
 
 def _headers(lines: list[bytes]) -> tuple[list[int], list[tuple[int, bool]]]:
@@ -858,8 +896,11 @@ def _headers(lines: list[bytes]) -> tuple[list[int], list[tuple[int, bool]]]:
     for idx, line in enumerate(lines):
         stripped = line.lstrip()
         if stripped.startswith(_HEADER_WORDS):
+            is_for = stripped.startswith(_FOR_WORDS)
+            if is_for and not _is_loop_header(stripped):
+                continue  # a comprehension clause: no loop for the rule
             at.append(idx)
-            info.append((len(line) - len(stripped), stripped.startswith((b"for ", b"async for "))))
+            info.append((len(line) - len(stripped), is_for))
     return at, info
 
 
@@ -876,47 +917,51 @@ def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) ->
     has_ty = any(lit in source for lit in ty_lits)
     if not (has_md or has_ty):
         return False
-    if has_md and _has_shape(low, names):
-        return True
+    # The checks the rule reads: isinstance()/type() calls anywhere, assert statements, and
+    # `if ...: raise`. Each as a window of text (start, end, is a call).
+    windows: list[tuple[int, int, bool]] = []
+    for lit in (b"isinstance(", b"type("):
+        for start in _find_all(low, lit):
+            if start and (low[start - 1] in _ID_CHARS or low[start - 1] == 46):  # x.type(, dtype(
+                continue
+            windows.append((start, _statement_end(low, start), True))
+    if has_md:
+        for start in _find_all(low, b"assert"):
+            if _at_statement_start(low, start):
+                windows.append((start, _statement_end(low, start), False))
+        for raise_pos in _find_all(low, b"raise"):
+            if not _at_statement_start(low, raise_pos, after_colon=True):
+                continue
+            lo = raise_pos
+            for _ in range(_IF_LOOKBACK_LINES):
+                lo = low.rfind(b"\n", 0, max(lo - 1, 0)) + 1 if lo > 0 else 0
+            ifs = list(_IF_LINE.finditer(low, lo, raise_pos))
+            if ifs:
+                windows.append((ifs[-1].start(), raise_pos, False))
+    # One-entry shapes (d[names[-1]], next(iter(d...)), ...) inside a check need no loop.
+    for start, end, is_call in windows:
+        if _MINUS_ONE.search(low, start, end) is None and low.find(b"next(", start, end) < 0:
+            continue
+        if has_md and _has_shape(low, names, start, end):
+            return True
+        if is_call and has_ty and ty_names(source, start, end):
+            return True  # any collection's one entry, checked against a metadata type
     if b"for " not in source:
         return False
     sites: list[tuple[int, set[bytes]]] = []
-    for lit in (b"isinstance(", b"type("):
-        for start in _find_all(low, lit):
+    for start, end, is_call in windows:
+        if is_call:
             sub = _SUBJECT.match(low, start)
             if not sub:
                 continue
             root = sub.group(1)
             # the rule looks at the subject's root name, or at a metadata type in the call
-            if md_names(root, 0, len(root)):
+            if md_names(root, 0, len(root)) or (has_ty and ty_names(source, sub.end(), end)):
                 sites.append((start, {root}))
-            elif has_ty:
-                end = _statement_end(source, start)
-                if ty_names(source, sub.end(), end):
-                    window = low[start:end]
-                    if _MINUS_ONE.search(window) or b"next(" in window:
-                        return True  # a one-entry shape checked against a metadata type
-                    sites.append((start, {root}))
-    if has_md:
-        for start in _find_all(low, b"assert"):
-            if _at_line_start(low, start):
-                found = md_names(low, start, _statement_end(low, start))
-                if found:
-                    sites.append((start, found))
-    for raise_pos in _find_all(low, b"raise") if has_md else ():
-        if not _at_line_start(low, raise_pos):
-            continue
-        lo = raise_pos
-        for _ in range(_IF_LOOKBACK_LINES):
-            lo = low.rfind(b"\n", 0, max(lo - 1, 0)) + 1 if lo > 0 else 0
-        found = md_names(low, lo, raise_pos)
-        if not found:
-            continue
-        ifs = list(_IF_LINE.finditer(low, lo, raise_pos))
-        if ifs:
-            found = md_names(low, ifs[-1].start(), raise_pos)
+        else:
+            found = md_names(low, start, end)
             if found:
-                sites.append((ifs[-1].start(), found))
+                sites.append((start, found))
     if not sites:
         return False
     lines = low.split(b"\n")
@@ -936,7 +981,7 @@ def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) ->
             headers = _headers(lines)
         name = bound.group(0)
         i = bisect.bisect_right(starts, line_start) - 1
-        is_for = lines[i].lstrip().startswith((b"for ", b"async for "))
+        is_for = _is_loop_header(lines[i].lstrip())
         loop_indent = indent(i) if is_for else _enclosing_for_indent(headers, i, indent(i))
         if loop_indent is None:
             continue
