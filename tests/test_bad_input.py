@@ -45,16 +45,19 @@ def errors_by_path(doc: dict) -> dict[str, dict]:
     return {e["path"]: e for e in doc["errors"]}
 
 
+# Each holds a module-level `def set_skip_topk`: IC003's prefilter cannot tie it to a class
+# that also compacts, so the file is parsed (and its bad input met).
+TRIGGER_DEF = f"def {TRIGGER}(): pass"
 BAD_FILES: dict[str, bytes] = {
-    "syntax.py": f"x = '{TRIGGER}'\ndef f(:\n    pass\n".encode(),
-    "py2.py": f'print "{TRIGGER}"\n'.encode(),
-    "non_utf8.py": f"x = '\xff\xfe {TRIGGER}'\n".encode("latin-1"),
-    "bad_cookie.py": f"# -*- coding: no-such-codec -*-\nx = '{TRIGGER}'\n".encode(),
-    "nul.py": f"x = '{TRIGGER}'\x00\n".encode(),
-    "deep.py": (f"x = '{TRIGGER}'\ny = " + "(" * 3000 + "1" + ")" * 3000 + "\n").encode(),
-    "deep_lambda.py": (f"x = '{TRIGGER}'\ny = " + "lambda: " * 6000 + "1\n").encode(),
+    "syntax.py": f"{TRIGGER_DEF}\ndef f(:\n    pass\n".encode(),
+    "py2.py": f'print "{TRIGGER}"\n{TRIGGER_DEF}\n'.encode(),
+    "non_utf8.py": f"def {TRIGGER}(): return '\xff\xfe'\n".encode("latin-1"),
+    "bad_cookie.py": f"# -*- coding: no-such-codec -*-\n{TRIGGER_DEF}\n".encode(),
+    "nul.py": f"{TRIGGER_DEF}\x00\n".encode(),
+    "deep.py": (f"{TRIGGER_DEF}\ny = " + "(" * 3000 + "1" + ")" * 3000 + "\n").encode(),
+    "deep_lambda.py": (f"{TRIGGER_DEF}\ny = " + "lambda: " * 6000 + "1\n").encode(),
     "deep_indent.py": (
-        f"x = '{TRIGGER}'\n" + "".join(" " * i + "if x:\n" for i in range(150)) + " " * 150 + "pass\n"
+        f"{TRIGGER_DEF}\nx = 1\n" + "".join(" " * i + "if x:\n" for i in range(150)) + " " * 150 + "pass\n"
     ).encode(),
 }
 # Linted normally: these produce the IC003 finding at the class name.
