@@ -186,15 +186,17 @@ class Engine:
         matched = set()
         fact_hit = False
         if not skip:
+            # Prefilters read lines; Python also ends lines at a lone CR.
+            text = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n") if b"\r" in data else data
             for rule in self.rules:
                 opts = self.options[rule.CODE]
                 trig = self._triggers[rule.CODE]
-                if any(t in data for t in trig) and rule.may_apply(data, opts):
+                if any(t in text for t in trig) and rule.may_apply(text, opts):
                     matched.add(rule.CODE)
                 if (
                     not fact_hit
-                    and any(t in data for t in self._fact_triggers[rule.CODE])
-                    and rule.may_collect(data, opts)
+                    and any(t in text for t in self._fact_triggers[rule.CODE])
+                    and rule.may_collect(text, opts)
                 ):
                     fact_hit = True
         s.report_rules = matched

@@ -69,7 +69,8 @@ class Rule(cst.BatchableCSTVisitor):
 
     @classmethod
     def may_apply(cls, source: bytes, options: dict[str, Any]) -> bool:
-        """A cheaper-than-parsing second look at a file that passed `triggers` (bytes)."""
+        """A cheaper-than-parsing second look at a file that passed `triggers` (bytes, with
+        every line ending turned into `\\n`)."""
         return True
 
     @classmethod

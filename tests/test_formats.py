@@ -219,7 +219,7 @@ def test_unknown_format_from_library_callers():
 
 def test_text_error_lines_go_to_stderr_one_per_file(tmp_path):
     (tmp_path / "a.py").write_text("def set_skip_topk(:\n")
-    (tmp_path / "b.py").write_bytes(b"x = '\xff set_skip_topk'\n")
+    (tmp_path / "b.py").write_bytes(b"def set_skip_topk(): return '\xff'\n")
     run = run_cli("lint", "--select", RULE, "--no-cache", ".", cwd=tmp_path)
     assert run.code == 2
     lines = run.err.splitlines()

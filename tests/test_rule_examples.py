@@ -49,3 +49,23 @@ def test_rule_is_documented(code):
     assert rule.SUMMARY and "\n" not in rule.SUMMARY
     assert rule.VALID and rule.INVALID, f"{code} needs VALID and INVALID examples"
     assert rule.triggers(rule.default_options()), f"{code} needs trigger substrings"
+
+
+@pytest.mark.parametrize(
+    "rule,example",
+    [pytest.param(r, ex, id=f"{c}-invalid-{i}") for c, r in RULES.items() for i, ex in enumerate(r.INVALID)],
+)
+@pytest.mark.parametrize("newline", ["\r\n", "\r"], ids=["crlf", "cr"])
+def test_invalid_examples_with_other_line_endings(rule, example, newline, tmp_path):
+    """The prefilters read lines: CRLF and lone-CR files must give the same findings."""
+    import dataclasses
+    import textwrap
+
+    def convert(code: str) -> str:
+        return textwrap.dedent(code).lstrip("\n").replace("\n", newline)
+
+    converted = dataclasses.replace(
+        example, code=convert(example.code), files={k: convert(v) for k, v in example.files.items()}
+    )
+    findings = run_example(rule, converted, tmp_path, prefilter=True)
+    assert example.line in [f.line for f in findings]
