@@ -8,6 +8,7 @@ within the last two seconds are re-hashed to stay safe against coarse mtimes.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -84,6 +85,30 @@ class Cache:
         """Write atomically; returns an error message instead of raising."""
         if not self.dirty:
             return None
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            with _locked(self.directory / ".lock"):
+                # Runs in parallel (pre-commit batches) share the file: keep what the others
+                # wrote since we loaded it, ours winning where both know a file.
+                disk = Cache(self.directory, self.file.stem)
+                disk.load()
+                for file_digest, entry in disk.entries.items():
+                    mine = self.entries.setdefault(file_digest, entry)
+                    if mine is not entry:
+                        # the same content under other paths (results are kept per path)
+                        for key in ("r", "x"):
+                            theirs = entry.get(key)
+                            if isinstance(theirs, dict) and isinstance(mine.get(key), dict):
+                                mine[key] = {**theirs, **mine[key]}
+                            elif isinstance(theirs, dict) and key not in mine:
+                                mine[key] = theirs
+                for path, memo in disk.stat_memo.items():
+                    self.stat_memo.setdefault(path, memo)
+                return self._write(live_digests)
+        except OSError as exc:
+            return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
+
+    def _write(self, live_digests: set[str] | None) -> str | None:
         if live_digests is not None:
             # Keep the cache the size of the tree, not of its history: what this run used, and
             # what the memos of files outside this run point to, so that a run over a few files
@@ -112,3 +137,19 @@ class Cache:
         except OSError as exc:
             return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
         return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    """An exclusive advisory lock (POSIX); elsewhere, last writer wins."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

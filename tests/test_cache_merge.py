@@ -1,0 +1,55 @@
+"""Two runs that share a cache folder at the same time (pre-commit batches) keep each other's
+results instead of the last writer erasing the other's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from invariant_check.cache import Cache, digest
+
+
+def _old_file(path: Path, text: str) -> Path:
+    path.write_text(text)
+    past = time.time() - 60  # older than the stat memo's safety window
+    os.utime(path, (past, past))
+    return path
+
+
+def test_parallel_saves_merge(tmp_path):
+    a = _old_file(tmp_path / "a.py", "a = 1\n")
+    b = _old_file(tmp_path / "b.py", "b = 2\n")
+    cache_dir = tmp_path / "cache"
+    first, second = Cache(cache_dir, "k"), Cache(cache_dir, "k")
+    first.load()
+    second.load()  # both start from the same (empty) file
+    for cache, path in ((first, a), (second, b)):
+        d = digest(path.read_bytes())
+        cache.entry(d)["m"] = []
+        cache.remember(str(path), os.stat(path), d)
+    assert first.save({digest(a.read_bytes())}) is None
+    assert second.save({digest(b.read_bytes())}) is None
+    merged = Cache(cache_dir, "k")
+    merged.load()
+    assert set(merged.stat_memo) == {str(a), str(b)}
+    assert {digest(a.read_bytes()), digest(b.read_bytes())} <= set(merged.entries)
+
+
+def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):
+    for name in ("x", "y"):
+        (tmp_path / name).mkdir()
+        _old_file(tmp_path / name / "m.py", "class P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n")
+    cache_dir = tmp_path / "cache"
+    cmd = [sys.executable, "-m", "invariant_check.cli", "lint", "--format", "json", "--cache-dir", str(cache_dir)]
+    procs = [subprocess.Popen([*cmd, part], cwd=tmp_path, stdout=subprocess.PIPE, text=True) for part in ("x", "y")]
+    for p in procs:
+        p.communicate()
+        assert p.returncode == 1
+    out = subprocess.run([*cmd, "."], cwd=tmp_path, capture_output=True, text=True)
+    doc = json.loads(out.stdout)
+    assert len(doc["findings"]) == 2
+    assert doc["summary"]["files_parsed"] == 0  # both halves came from the cache
