@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import bisect
-import fnmatch
 import itertools
 import re
 from dataclasses import dataclass, field
@@ -300,18 +299,34 @@ def propose(self, groups):
             line=4,
             options={"metadata-names": ["plan"]},
         ),
+        Invalid(
+            """
+def propose(self, groups):
+    for group in groups:
+        plan2 = group.build()
+    assert isinstance (plan2, Plan)
+""",
+            line=4,
+            options={"metadata-names": ["plan[0-9]"]},
+        ),
+        Invalid(
+            """
+def propose(self, groups):
+    for group in groups:
+        AttnMetaData = group.build()
+    if not isinstance(AttnMetaData, self.allowed):
+        raise ValueError("unsupported")
+""",
+            line=4,
+        ),
     ]
 
     # -- prefilter -------------------------------------------------------------------------
     @classmethod
     def triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        # The literal parts of the globs: a file holding none cannot name metadata.
-        parts = set()
-        for glob in options["metadata-names"] + options["metadata-types"]:
-            literal = max(re.split(r"[*?\[\]]", glob), key=len)
-            if literal:
-                parts.add(literal)
-        return tuple(sorted(parts))
+        # Every finding sits at a check. Metadata names match case-insensitively, which a
+        # substring cannot express; `may_apply` looks for them in the lower-cased text.
+        return ("isinstance", "type", "assert", "raise")
 
     @classmethod
     def may_apply(cls, source: bytes, options: dict[str, Any]) -> bool:
@@ -544,13 +559,10 @@ def _body(block) -> list:
 def _merge(state, a, b) -> None:
     """After an if/else: keep a loop-produced binding only if both branches keep it."""
     state.clear()
+    # A loop in one branch only: the value may come from before; stay quiet.
     for name, produced in a.items():
         if b.get(name) is produced:
             state[name] = produced
-    for name, produced in a.items():
-        if name not in b and name not in state:
-            pass
-    # A loop in one branch only: the value may come from before; stay quiet.
 
 
 def _target_names(target) -> list[str]:
@@ -733,22 +745,43 @@ def _one_line(code: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _glob_to_regex(glob: str) -> str:
+    """An option glob as a regex over identifiers: `*` any run of word characters (lazy, so
+    that the literal part is found without quadratic backtracking), `?` one, `[...]` a
+    class. The rule and its prefilter both use this, so they agree on what matches."""
+    out, i = [], 0
+    while i < len(glob):
+        c = glob[i]
+        close = glob.find("]", i + 2) if c == "[" else -1
+        if c == "*":
+            out.append(r"\w*?")
+        elif c == "?":
+            out.append(r"\w")
+        elif close > 0:
+            body = glob[i + 1 : close]
+            out.append("[" + ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\") + "]")
+            i = close
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
+
+
+def _glob_literal(glob: str) -> str:
+    """The longest run of plain characters of a glob: text without it cannot match."""
+    return max(re.split(r"\[[^\]]*\]|[*?]", glob), key=len)
+
+
 @lru_cache(maxsize=16)
 def _glob_regex(globs: tuple[str, ...], flags: int) -> re.Pattern[str]:
-    return re.compile("|".join(f"(?:{fnmatch.translate(g)[4:-3]})" for g in globs) or "(?!)", flags)
+    return re.compile("|".join(f"(?:{_glob_to_regex(g)})" for g in globs) or "(?!)", flags)
 
 
 # -- prefilter: a conservative textual look for "metadata assigned in a loop, checked after it"
 
 
 def _glob_body(globs: tuple[str, ...]) -> bytes:
-    # lazy stars: the literal part is found without quadratic backtracking
-    return "|".join(re.escape(g).replace(r"\*", r"\w*?").replace(r"\?", r"\w") for g in globs).encode()
-
-
-def _literals(globs: tuple[str, ...]) -> tuple[bytes, ...]:
-    """The longest literal run of each glob; text without any cannot match it."""
-    return tuple(max(re.split(r"[*?\[\]]", g.lower()), key=len).encode() for g in globs)
+    return "|".join(_glob_to_regex(g) for g in globs).encode()
 
 
 _MINUS_ONE = re.compile(rb"\[\s*-\s*1\s*\]")
@@ -793,7 +826,8 @@ def _has_shape(low: bytes, names: tuple[str, ...], start: int, end: int) -> bool
 
 
 _IF_LINE = re.compile(rb"^[ \t]*(?:el)?if\b", re.MULTILINE)
-_SUBJECT = re.compile(rb"(?:isinstance|type)\(\s*([a-z_][a-z0-9_]*)")
+_SUBJECT = re.compile(rb"(?:isinstance|type)\s*\(\s*([a-z_][a-z0-9_]*)")
+_CALL_PAREN = re.compile(rb"\s*\(")
 _ID_CHARS = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789_")
 # How far a check's test may reach; longer tests are not seen by the prefilter (the
 # corpus and fixture tests compare prefiltered and unfiltered findings).
@@ -832,7 +866,7 @@ def _at_statement_start(text: bytes, pos: int, after_colon: bool = False) -> boo
 def _md_matcher(globs: tuple[str, ...], lower: bool = True):
     if lower:
         globs = tuple(g.lower() for g in globs)
-    lits = sorted({max(re.split(r"[*?\[\]]", g), key=len).encode() for g in globs}, key=len)
+    lits = sorted({_glob_literal(g).encode() for g in globs}, key=len)
     minimal = [l for l in lits if not any(o != l and o in l for o in lits)]
     finder = re.compile(b"|".join(re.escape(l) for l in minimal) or b"(?!)")
     full = re.compile(_glob_body(globs))
@@ -920,9 +954,11 @@ def _may_apply(source: bytes, names: tuple[str, ...], types: tuple[str, ...]) ->
     # The checks the rule reads: isinstance()/type() calls anywhere, assert statements, and
     # `if ...: raise`. Each as a window of text (start, end, is a call).
     windows: list[tuple[int, int, bool]] = []
-    for lit in (b"isinstance(", b"type("):
+    for lit in (b"isinstance", b"type"):
         for start in _find_all(low, lit):
             if start and (low[start - 1] in _ID_CHARS or low[start - 1] == 46):  # x.type(, dtype(
+                continue
+            if not _CALL_PAREN.match(low, start + len(lit)):
                 continue
             windows.append((start, _statement_end(low, start), True))
     if has_md:
