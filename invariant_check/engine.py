@@ -297,17 +297,21 @@ class Engine:
             s.source = None  # the worker owns the bytes now; keeps peak memory down
         outputs = self._run_tasks(tasks)
         for s, (file_digest, res) in zip(todo, outputs):
-            s.result = res
-            if file_digest is not None:
-                s.digest = file_digest
-            if self.cache is not None and s.digest and res.error is None:
-                # Keyed by path as well as content: findings carry their path, and two files
-                # with the same bytes (copies, empty __init__.py) must not share them.
-                entry = self.cache.entry(s.digest)
-                if not isinstance(entry.get("r"), dict):
-                    entry["r"] = {}
-                entry["r"][s.shown] = res.to_json()
-                self.cache.dirty = True
+            self._keep_result(s, file_digest, res)
+
+    def _keep_result(self, s: _FileState, file_digest: str | None, res: FileResult) -> None:
+        """Record a fresh parse on the state and in the cache."""
+        s.result = res
+        if file_digest is not None:
+            s.digest = file_digest
+        if self.cache is not None and s.digest and res.error is None:
+            # Keyed by path as well as content: findings carry their path, and two files
+            # with the same bytes (copies, empty __init__.py) must not share them.
+            entry = self.cache.entry(s.digest)
+            if not isinstance(entry.get("r"), dict):
+                entry["r"] = {}
+            entry["r"][s.shown] = res.to_json()
+            self.cache.dirty = True
 
     def _cached_result(self, s: _FileState) -> FileResult | None:
         if self.cache is None or not s.digest:
@@ -485,15 +489,8 @@ def _scan_chunk(paths: list[Path]) -> list[tuple]:
             if cached is not None:
                 state.result = cached
             else:
-                file_digest, state.result = _work((str(path), state.shown, state.source))
+                engine._keep_result(state, *_work((str(path), state.shown, state.source)))
                 parsed = True
-                if file_digest is not None:
-                    state.digest = file_digest
-                if engine.cache is not None and state.digest and state.result.error is None:
-                    entry = engine.cache.entry(state.digest)
-                    if not isinstance(entry.get("r"), dict):
-                        entry["r"] = {}
-                    entry["r"][state.shown] = state.result.to_json()
         state.source = None  # the parent re-reads on the rare expansion round
         entry = memo = None
         if engine.cache is not None and state.digest:
