@@ -30,21 +30,26 @@ def main() -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(path_type=str))
-@click.option("--select", multiple=True, metavar="CODES", help="Only these rules (codes, prefixes or names; comma-separated).")
-@click.option("--ignore", multiple=True, metavar="CODES", help="Skip these rules.")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files and folders matching GLOB (added to the config's).")
-@click.option("--format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text", show_default=True)
+@click.option("--select", multiple=True, metavar="CODES", help="Only these rules (codes, prefixes or names; comma-separated); replaces the configuration's.")
+@click.option("--extend-select", multiple=True, metavar="CODES", help="These rules too, besides the selected ones.")
+@click.option("--ignore", multiple=True, metavar="CODES", help="Skip these rules (added to the configuration's).")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Skip files and folders matching GLOB, relative to the current folder (added to the configuration's).")
+@click.option("--format", "--output-format", "fmt", type=click.Choice(["text", "json", "sarif", "github"]), default="text", show_default=True, help="Report format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="Write the report to FILE instead of stdout.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Worker processes for parsing [default: CPU count].")
 @click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
-@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="INVARIANT_CHECK_CACHE_DIR", help="Where the cache lives [default: .invariant-check-cache beside the config].")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), envvar="INVARIANT_CHECK_CACHE_DIR", help="Where the cache lives [default: .invariant-check-cache beside the configuration].")
 @click.option("--statistics", is_flag=True, help="Also print the number of findings per rule.")
-@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Read settings from this pyproject.toml instead of the nearest one.")
-@click.option("--warn-unused-ignores", is_flag=True, help="Report suppression comments that suppress nothing (IC900).")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path), help="Use this pyproject.toml for every file instead of the nearest one.")
+@click.option("--warn-unused-ignores", is_flag=True, help="Report suppression comments that suppress nothing (IC900; same as --extend-select IC900).")
+@click.option("--respect-gitignore/--no-respect-gitignore", default=None, help="Skip files that .gitignore ignores [default: on, or the configuration's respect-gitignore].")
+@click.option("--stdin-filename", metavar="PATH", help="Lint standard input (path `-`) as if it were the file PATH.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when something is found (2 still means the tool failed).")
+@click.option("--quiet", "-q", is_flag=True, help="Print the findings only: no summary, no pointer to explain, no warnings.")
 @click.option("--show-source/--no-show-source", default=None, help="Print the source line with a caret [default: on for terminals].")
 @click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every file (for testing the prefilter).")
 def lint(**kwargs):
-    """Lint PATHS (files or folders; default: the current folder)."""
+    """Lint PATHS (files or folders; default: the current folder; `-`: standard input)."""
     _guarded(_lint, **kwargs)
 
 
@@ -77,49 +82,38 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, show_source, no_prefilter):
-    from .config import DEFAULT_EXCLUDES, ConfigError, check_codes, find_config, load_config
-    from .discovery import discover
+def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, no_prefilter):
+    from .config import ConfigError, check_codes
+    from .globs import PathGlobs
+    from .projects import ProjectIndex, RunSettings, Selection
     from .registry import all_rules
 
-    paths = list(paths) or ["."]
+    all_rules()  # a broken rule package fails here, even for a run that finds no file
+    paths = list(paths)
+    use_stdin = paths == ["-"] or (stdin_filename is not None and not paths)
+    if "-" in paths and not use_stdin:
+        _fail("`-` (standard input) cannot be combined with other paths")
+    if stdin_filename is not None and not use_stdin:
+        _fail("--stdin-filename is for linting standard input: give `-` as the only path")
+    paths = paths or ["."]
+    cwd = Path.cwd()
     try:
-        cfg_path = config_file or find_config([Path(p) for p in paths])
-        cfg = load_config(cfg_path)
-        enabled = cfg.select if cfg.select is not None else list(all_rules())
-        if select:
-            enabled = check_codes(_split_codes(select), "--select")
-        dropped = set(cfg.ignore) | set(check_codes(_split_codes(ignore), "--ignore"))
+        selection = Selection(
+            select=check_codes(_split_codes(select), "--select") if select else None,
+            extend_select=check_codes(_split_codes(extend_select), "--extend-select"),
+            ignore=check_codes(_split_codes(ignore), "--ignore"),
+            warn_unused_ignores=warn_unused_ignores,
+        )
+        index = ProjectIndex(config_file, cwd)
+        settings = RunSettings(selection, jobs=jobs, cache=not no_cache, cache_dir=cache_dir, prefilter=not no_prefilter)
+        cli_exclude = PathGlobs(exclude, cwd)
+        if use_stdin:
+            data = click.get_binary_stream("stdin").read()
+            result, sources = _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd)
+        else:
+            result, sources = _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd), {}
     except ConfigError as exc:
         _fail(str(exc))
-    rules = [all_rules()[c] for c in dict.fromkeys(enabled) if c not in dropped]
-    options = {r.CODE: cfg.rule_options(r.CODE) for r in rules}
-
-    found = discover(paths, root=cfg.root, exclude=cfg.exclude + list(exclude), default_excludes=DEFAULT_EXCLUDES)
-    cache = None
-    if not no_cache:
-        from .cache import Cache, config_key
-
-        directory = cache_dir or cfg.cache_dir or (cfg.root / ".invariant-check-cache")
-        cache = Cache(Path(directory), config_key([r.CODE for r in rules], options))
-        cache.load()
-
-    from .engine import Engine
-
-    engine = Engine(
-        rules,
-        options,
-        prefilter=not no_prefilter,
-        jobs=jobs or cfg.jobs,
-        cache=cache,
-        warn_unused_ignores=warn_unused_ignores,
-        per_file_ignores=cfg.per_file_ignores,
-        root=cfg.root,
-    )
-    result = engine.lint(found.files)
-    result.errors.extend(found.errors)
-    result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
-    result.files_seen += len(found.errors)
 
     from .formats import render
     from .formats.text import render_errors
@@ -127,7 +121,16 @@ def _lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir
     to_terminal = output is None and sys.stdout.isatty()
     if show_source is None:
         show_source = to_terminal
-    text = render(fmt, result, rules, color=to_terminal and "NO_COLOR" not in os.environ, show_source=show_source, statistics=statistics)
+    text = render(
+        fmt,
+        result,
+        result.rules,
+        color=to_terminal and "NO_COLOR" not in os.environ,
+        show_source=show_source,
+        statistics=statistics,
+        quiet=quiet,
+        sources=sources,
+    )
     if output is not None:
         try:
             output.write_text(text, encoding="utf-8")  # not the locale's: SARIF/JSON readers expect UTF-8
@@ -137,11 +140,51 @@ def _lint(paths, select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir
         click.echo(text, nl=False)
     if fmt == "text" and result.errors:
         click.echo(render_errors(result), err=True, nl=False)
-    for warning in result.warnings:
-        click.echo(f"invariant-check: warning: {warning}", err=True)
+    if not quiet:
+        for warning in result.warnings:
+            click.echo(f"invariant-check: warning: {warning}", err=True)
     if result.errors:
         sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if result.findings else EXIT_CLEAN)
+    sys.exit(EXIT_FINDINGS if result.findings and not exit_zero else EXIT_CLEAN)
+
+
+def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
+    from .discovery import discover
+    from .projects import group, lint_projects
+
+    found = discover(paths, scope_for=index.for_folder, exclude=cli_exclude, respect_gitignore=respect_gitignore, cwd=cwd)
+    result = lint_projects(group(found.files, index), settings, cwd=cwd)
+    result.errors.extend(found.errors)
+    result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
+    # a path that does not exist was never a file to check; one that cannot be read was
+    result.files_seen += len(found.errors) - found.not_found
+    result.paths_not_found = found.not_found
+    return result
+
+
+def _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd):
+    """Standard input linted as the file it names; the rest of its project is read from disk
+    for the cross-file facts (base classes, helpers), but only the buffer is reported."""
+    from .discovery import discover, display_path
+    from .projects import lint_projects
+
+    path = Path(os.path.abspath(cwd / (stdin_filename if stdin_filename is not None else "-")))
+    project = index.for_folder(str(path.parent))
+    files = [path]
+    if stdin_filename is not None:
+        if project.config.source is not None:
+            top = project.config.root
+        else:
+            top = cwd if path.is_relative_to(cwd) else path.parent
+        found = discover([str(top)], scope_for=index.for_folder, exclude=cli_exclude, respect_gitignore=respect_gitignore, cwd=cwd)
+        files += [p for p, scope in found.files if scope is project and p != path]
+    project.files = files
+    result = lint_projects([project], settings, cwd=cwd, sources={path: data})
+    shown = display_path(path, cwd)
+    result.findings = [f for f in result.findings if f.path == shown]
+    result.errors = [e for e in result.errors if e.path == shown or e.path.startswith("<rule ")]
+    result.files_seen = 1
+    return result, {shown: data}
 
 
 @main.command(name="rules")

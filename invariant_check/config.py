@@ -18,16 +18,19 @@ from .registry import all_rules, resolve_code
 TABLE = "invariant-check"
 KNOWN_KEYS = {
     "select",
+    "extend-select",
     "ignore",
     "exclude",
     "extend-exclude",
     "per-file-ignores",
+    "respect-gitignore",
     "options",
     "cache-dir",
     "jobs",
 }
 
-# Skipped while walking folders, never when a file is named on the command line.
+# Skipped while walking folders, never when a file is named on the command line. Setting
+# `exclude` replaces this list (as in ruff); `extend-exclude` adds to it.
 DEFAULT_EXCLUDES = (
     ".git",
     ".hg",
@@ -58,15 +61,28 @@ class ConfigError(Exception):
 
 @dataclass
 class Config:
-    root: Path
-    source: Path | None = None
+    root: Path  # the folder its globs are relative to
+    source: Path | None = None  # None: no configuration file (defaults, root = current folder)
     select: list[str] | None = None
+    extend_select: list[str] = field(default_factory=list)
     ignore: list[str] = field(default_factory=list)
-    exclude: list[str] = field(default_factory=list)
+    exclude: list[str] | None = None  # None: DEFAULT_EXCLUDES
+    extend_exclude: list[str] = field(default_factory=list)
     per_file_ignores: dict[str, list[str]] = field(default_factory=dict)
+    respect_gitignore: bool = True
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     cache_dir: Path | None = None
     jobs: int | None = None
+
+    @property
+    def walk_excludes(self) -> tuple[str, ...]:
+        """Patterns skipped while walking folders only (the defaults, or `exclude`)."""
+        return DEFAULT_EXCLUDES if self.exclude is None else ()
+
+    @property
+    def user_excludes(self) -> list[str]:
+        """Patterns skipped while walking and for paths named on the command line."""
+        return (self.exclude or []) + self.extend_exclude
 
     def rule_options(self, code: str) -> dict[str, Any]:
         rule = all_rules()[code]
@@ -75,31 +91,42 @@ class Config:
         return merged
 
 
-def find_config(paths: list[Path]) -> Path | None:
-    """The nearest pyproject.toml with a [tool.invariant-check] table above the paths."""
+def has_table(candidate: Path) -> bool:
+    """Whether this pyproject.toml configures invariant-check (a broken one that names our
+    table counts: load_config reports it rather than skipping it silently)."""
+    try:
+        if not candidate.is_file():
+            return False
+        raw = candidate.read_bytes()
+    except OSError:
+        return False
+    if TABLE.encode() not in raw:
+        return False
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return True
+    tool = data.get("tool")
+    return isinstance(tool, dict) and TABLE in tool
+
+
+def nearest_config(folder: Path) -> Path | None:
+    """The pyproject.toml with a [tool.invariant-check] table in `folder` or the nearest above."""
     # os.path.realpath, not Path.resolve: the latter raises on a symlink loop before 3.13,
     # and a looping path is reported by discovery, not here.
-    resolved = [Path(os.path.realpath(p)) for p in paths] or [Path(os.path.realpath(os.getcwd()))]
-    start = Path(_common_dir(resolved))
-    for folder in [start, *start.parents]:
-        candidate = folder / "pyproject.toml"
-        if candidate.is_file():
-            try:
-                raw = candidate.read_bytes()
-            except OSError:
-                continue
-            try:
-                data = tomllib.loads(raw.decode("utf-8"))
-            except (UnicodeDecodeError, tomllib.TOMLDecodeError):
-                # A broken file that is meant to configure us must not be skipped silently:
-                # load_config reports it.
-                if TABLE.encode() in raw:
-                    return candidate
-                continue
-            tool = data.get("tool")
-            if isinstance(tool, dict) and TABLE in tool:
-                return candidate
+    start = Path(os.path.realpath(folder))
+    for candidate_dir in [start, *start.parents]:
+        candidate = candidate_dir / "pyproject.toml"
+        if has_table(candidate):
+            return candidate
     return None
+
+
+def find_config(paths: list[Path]) -> Path | None:
+    """The nearest configuration above the common folder of `paths` (for library callers;
+    the command uses the nearest one per file)."""
+    resolved = [Path(os.path.realpath(p)) for p in paths] or [Path(os.path.realpath(os.getcwd()))]
+    return nearest_config(Path(_common_dir(resolved)))
 
 
 def _common_dir(paths: list[Path]) -> str:
@@ -139,7 +166,8 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
         raise ConfigError(
             f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_KEYS))}"
         )
-    cfg = Config(root=source.parent.resolve(), source=source)
+    # the folder as the paths reach it (not resolved): globs are matched against those paths
+    cfg = Config(root=Path(os.path.abspath(source.parent)), source=source)
 
     def str_list(key: str) -> list[str]:
         value = table.get(key, [])
@@ -149,8 +177,15 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
 
     if "select" in table:
         cfg.select = check_codes(str_list("select"), f"{where} select")
+    cfg.extend_select = check_codes(str_list("extend-select"), f"{where} extend-select")
     cfg.ignore = check_codes(str_list("ignore"), f"{where} ignore")
-    cfg.exclude = str_list("exclude") + str_list("extend-exclude")
+    if "exclude" in table:
+        cfg.exclude = str_list("exclude")
+    cfg.extend_exclude = str_list("extend-exclude")
+    if "respect-gitignore" in table:
+        if not isinstance(table["respect-gitignore"], bool):
+            raise ConfigError(f"{where}: respect-gitignore must be true or false")
+        cfg.respect_gitignore = table["respect-gitignore"]
     pfi = table.get("per-file-ignores", {})
     if not isinstance(pfi, dict):
         raise ConfigError(f"{where}: per-file-ignores must be a table of glob = [codes]")
@@ -168,12 +203,12 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
         cfg.options[codes[0]] = check_rule_options(codes[0], values, f"{where} options.{key}")
     if "cache-dir" in table:
         if not isinstance(table["cache-dir"], str):
-            raise ConfigError(f"{where}: cache-dir must be a string")
+            raise ConfigError(f"{where}: cache-dir must be a string, got {table['cache-dir']!r}")
         cfg.cache_dir = (cfg.root / table["cache-dir"]).resolve()
     if "jobs" in table:
         jobs = table["jobs"]
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
-            raise ConfigError(f"{where}: jobs must be a positive integer")
+            raise ConfigError(f"{where}: jobs must be an integer >= 1, got {jobs!r}")
         cfg.jobs = table["jobs"]
     return cfg
 

@@ -1,15 +1,34 @@
-"""Turns the command line's paths into the list of Python files to lint."""
+"""Turns the command line's paths into the Python files to lint, each with the project (nearest
+configuration) it belongs to.
+
+Folders are walked for `*.py`; symlinked folders are not followed (that is how loops are
+avoided). While walking, an entry is skipped when it matches its project's excludes (the
+defaults or `exclude`, and `extend-exclude`), `--exclude`, a `.gitignore` (unless turned off),
+or is a virtual environment (a folder holding `pyvenv.cfg`). A path named on the command line
+is only skipped by `exclude`/`extend-exclude`/`--exclude` (so that pre-commit, which names
+files, honours them), never by the defaults or `.gitignore`.
+"""
 
 from __future__ import annotations
 
 import errno
-import fnmatch
 import os
-import re
+import stat as stat_mod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Protocol
 
+from . import gitignore
+from .globs import PathGlobs
 from .types import FileError
+
+
+class Scope(Protocol):
+    """What discovery needs from a project (see projects.Project)."""
+
+    user_excludes: PathGlobs  # skipped while walking and when named
+    walk_excludes: PathGlobs  # skipped while walking only
+    respect_gitignore: bool
 
 
 def display_path(path: Path | str, cwd: Path | None = None) -> str:
@@ -22,59 +41,35 @@ def display_path(path: Path | str, cwd: Path | None = None) -> str:
         return p.as_posix()
 
 
-def compile_globs(globs: list[str] | tuple[str, ...]) -> re.Pattern[str] | None:
-    if not globs:
-        return None
-    parts = []
-    for g in globs:
-        g = g.rstrip("/")
-        parts.append(fnmatch.translate(g))
-        if not g.startswith(("*", "/")):
-            # a relative glob also matches below any folder of that name ("tests" -> a/tests)
-            parts.append(fnmatch.translate("*/" + g))
-    return re.compile("|".join(f"(?:{p})" for p in parts))
-
-
 @dataclass
 class Discovery:
-    files: list[Path] = field(default_factory=list)
+    files: list[tuple[Path, Scope]] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
-
-
-def matches(pattern: re.Pattern[str] | None, path: Path, root: Path) -> bool:
-    if pattern is None:
-        return False
-    if pattern.match(path.name):
-        return True
-    try:
-        rel = path.relative_to(root).as_posix()
-    except ValueError:
-        rel = path.as_posix()
-    return bool(pattern.match(rel))
+    not_found: int = 0  # paths that do not exist (among `errors`)
 
 
 def discover(
     paths: list[str],
     *,
-    root: Path,
-    exclude: list[str],
-    default_excludes: tuple[str, ...],
+    scope_for: Callable[[str], Scope],
+    exclude: PathGlobs | None = None,
+    respect_gitignore: bool | None = None,
     cwd: Path | None = None,
 ) -> Discovery:
+    """`scope_for(folder)`: the project of an absolute folder. `exclude`: `--exclude`.
+    `respect_gitignore`: the command line's choice, None to let each project decide."""
     cwd = cwd or Path.cwd()
-    user = compile_globs(exclude)
-    default = compile_globs(list(default_excludes))
+    extra = exclude or PathGlobs([], cwd)
     out = Discovery()
-    seen: set[Path] = set()
+    seen: set[str] = set()
 
-    def add(p: Path) -> None:
+    def add(p: str, scope: Scope) -> None:
         if p not in seen:
             seen.add(p)
-            out.files.append(p)
+            out.files.append((Path(p), scope))
 
     for raw in paths:
-        path = Path(raw)
-        abspath = Path(os.path.abspath(cwd / path))
+        abspath = os.path.abspath(os.path.join(cwd, raw))
         shown = display_path(abspath, cwd)
         try:
             st = os.stat(abspath)
@@ -83,50 +78,65 @@ def discover(
                 reason = "symbolic link loop"
             elif exc.errno == errno.ENOENT:
                 reason = "no such file or directory"
+                out.not_found += 1
             else:
                 reason = exc.strerror or str(exc)
             out.errors.append(FileError(shown, f"cannot open: {reason}"))
             continue
-        if matches(user, abspath, root):
+        is_dir = stat_mod.S_ISDIR(st.st_mode)
+        scope = scope_for(abspath if is_dir else os.path.dirname(abspath))
+        if scope.user_excludes.match_tree(abspath, is_dir) or extra.match_tree(abspath, is_dir):
             continue
-        import stat as stat_mod
-
-        if stat_mod.S_ISDIR(st.st_mode):
-            _walk(abspath, root, user, default, add, out, cwd)
+        if is_dir:
+            use_git = scope.respect_gitignore if respect_gitignore is None else respect_gitignore
+            chain = gitignore.chain_for(abspath) if use_git or respect_gitignore is None else gitignore.IgnoreChain()
+            _walk(abspath, scope, chain, scope_for, extra, respect_gitignore, add, out, cwd)
         elif stat_mod.S_ISREG(st.st_mode):
-            add(abspath)
+            add(abspath, scope)
         else:
             # a FIFO would block the read forever; a device is not source code
             out.errors.append(FileError(shown, "cannot read: not a regular file"))
     return out
 
 
-def _walk(top, root, user, default, add, out, cwd) -> None:
-    stack = [top]
+def _walk(top, top_scope, top_chain, scope_for, extra, respect_gitignore, add, out, cwd) -> None:
+    # (folder, its parent's project and ignore chain; `top` comes with its own already)
+    stack: list[tuple[str, Scope, gitignore.IgnoreChain, bool]] = [(top, top_scope, top_chain, True)]
     while stack:
-        folder = stack.pop()
+        folder, scope, chain, is_top = stack.pop()
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:
-            out.errors.append(
-                FileError(display_path(folder, cwd), f"cannot list: {exc.strerror or exc}")
-            )
+            out.errors.append(FileError(display_path(folder, cwd), f"cannot list: {exc.strerror or exc}"))
             continue
+        names = {e.name for e in entries}
+        if not is_top:
+            if "pyproject.toml" in names:
+                scope = scope_for(folder)  # a nearer configuration governs from here down
+            chain = chain.enter(folder, names)
+        use_git = scope.respect_gitignore if respect_gitignore is None else respect_gitignore
         subdirs = []
         for entry in entries:
-            p = Path(entry.path)
+            p = entry.path
             try:
-                # Symlinked folders are not followed: that is how loops are avoided.
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if is_dir:
-                    if matches(default, p, root) or matches(user, p, root):
+                if entry.is_dir(follow_symlinks=False):
+                    if (
+                        scope.walk_excludes.match(p, True)
+                        or scope.user_excludes.match(p, True)
+                        or extra.match(p, True)
+                        or (use_git and chain.ignored(p, True))
+                        or _is_venv(p)
+                    ):
                         continue
-                    if _is_venv(p):  # a virtual environment of any name
-                        continue
-                    subdirs.append(p)
+                    subdirs.append((p, scope, chain, False))
                 elif entry.name.endswith(".py") and entry.is_file():
-                    if not matches(user, p, root):
-                        add(p)
+                    if (
+                        scope.user_excludes.match(p, False)
+                        or extra.match(p, False)
+                        or (use_git and chain.ignored(p, False))
+                    ):
+                        continue
+                    add(p, scope)
                 elif entry.name.endswith(".py") and entry.is_symlink() and not os.path.exists(p):
                     out.errors.append(
                         FileError(display_path(p, cwd), "cannot open: broken or looping symbolic link")
@@ -137,8 +147,8 @@ def _walk(top, root, user, default, add, out, cwd) -> None:
         stack.extend(reversed(subdirs))
 
 
-def _is_venv(folder: Path) -> bool:
+def _is_venv(folder: str) -> bool:
     try:
-        return os.path.isfile(folder / "pyvenv.cfg")
+        return os.path.isfile(os.path.join(folder, "pyvenv.cfg"))
     except OSError:  # an unreadable folder is reported when it is listed
         return False

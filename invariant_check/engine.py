@@ -4,7 +4,6 @@ cross-file finalize, suppressions. No output formatting here."""
 from __future__ import annotations
 
 import ast
-import fnmatch
 import multiprocessing
 import os
 import re
@@ -22,11 +21,11 @@ from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvide
 from . import suppressions
 from .cache import Cache, digest
 from .discovery import display_path
+from .finalize import SourceFile, finalize
 from .rule import Rule, RuleContext
 from .traversal import walk_batched
 from .types import Candidate, FileError, FileResult, Finding
 
-UNUSED_SUPPRESSION = ("IC900", "unused-suppression")
 # Below this many files to parse, starting worker processes costs more than it saves.
 PARALLEL_MIN_FILES = 6
 PARALLEL_SCAN_MIN_FILES = 400
@@ -53,6 +52,7 @@ class _FileState:
     has_marker: bool = False
     source: bytes | None = None
     result: FileResult | None = None
+    given: bool = False  # its bytes came with the call (stdin): no stat memo, nothing cached
 
 
 class Engine:
@@ -69,6 +69,9 @@ class Engine:
         root: Path | None = None,
         cwd: Path | None = None,
     ) -> None:
+        # IC900/IC901 are reported while suppressions are applied, not run on syntax trees
+        self.emitted = [r.CODE for r in rules if getattr(r, "EMITTED_BY_ENGINE", False)]
+        rules = [r for r in rules if not getattr(r, "EMITTED_BY_ENGINE", False)]
         self.rules = rules
         self.codes = [r.CODE for r in rules]
         self.options = options
@@ -88,9 +91,11 @@ class Engine:
         }
 
     # -- public ----------------------------------------------------------------------------
-    def lint(self, files: Iterable[Path]) -> LintResult:
+    def lint(self, files: Iterable[Path], sources: dict[Path, bytes] | None = None) -> LintResult:
+        """`sources`: bytes to lint instead of reading those paths (an editor's unsaved buffer)."""
         result = LintResult()
         files = list(files)
+        self._sources = {Path(p): data for p, data in (sources or {}).items()}
         states: list[_FileState] = []
         # Files the stat memo vouches for are scanned here (no read); the rest go to the
         # workers when there are many of them.
@@ -98,7 +103,7 @@ class Engine:
         if self.cache is not None and self._parallel_scan(files):
             misses = []
             for path in files:
-                if self._memo_hit(path):
+                if path not in self._sources and self._memo_hit(path):
                     self._scan_into(path, states, result)
                 else:
                     misses.append(path)
@@ -155,12 +160,13 @@ class Engine:
 
     # -- scanning and prefiltering -----------------------------------------------------------
     def _scan(self, s: _FileState) -> FileError | None:
+        s.given = s.path in self._sources
         try:
-            st = os.stat(s.path)
-            if not stat.S_ISREG(st.st_mode):
+            st = os.stat(s.path) if not s.given else None
+            if st is not None and not stat.S_ISREG(st.st_mode):
                 # a FIFO would block the read below forever; a device is not source code
                 return FileError(s.shown, "cannot read: not a regular file")
-            cached = self.cache.digest_for(str(s.path), st) if self.cache else None
+            cached = self.cache.digest_for(str(s.path), st) if self.cache and st is not None else None
             if cached is not None:
                 entry = self.cache.entries[cached]
                 if isinstance(entry.get("m"), list) and isinstance(entry.get("w"), bool):
@@ -171,8 +177,11 @@ class Engine:
                     if entry.get("skip"):
                         s.wanted = False
                     return None
-            with open(s.path, "rb") as fh:
-                data = fh.read()
+            if s.given:
+                data = self._sources[s.path]
+            else:
+                with open(s.path, "rb") as fh:
+                    data = fh.read()
         except FileNotFoundError:
             return FileError(s.shown, "cannot read: file disappeared while linting")
         except IsADirectoryError:
@@ -181,7 +190,7 @@ class Engine:
             return FileError(s.shown, f"cannot read: {exc.strerror or exc}")
         s.digest = digest(data)
         s.source = data
-        s.has_marker = suppressions.MARKER in data
+        s.has_marker = suppressions.has_marker(data)
         skip = s.has_marker and suppressions.parse(data).skip_file
         matched = set()
         fact_hit = False
@@ -202,7 +211,7 @@ class Engine:
         s.report_rules = matched
         wanted = bool(matched) or fact_hit
         s.wanted = (wanted or not self.prefilter) and not skip
-        if self.cache is not None:
+        if self.cache is not None and not s.given:
             entry = self.cache.entry(s.digest)
             entry.update({"m": sorted(matched), "w": wanted, "s": s.has_marker, "skip": skip})
             self.cache.remember(str(s.path), st, s.digest)
@@ -267,7 +276,7 @@ class Engine:
             entry["x"] = {}
         known = entry["x"] if entry is not None else {}
         if any(n.decode() not in known for n in names):
-            data = s.source if s.source is not None else _read(s.path)
+            data = s.source if s.source is not None else self._sources[s.path] if s.given else _read(s.path)
             if data is None:
                 return False
             present = {m.group(0) for m in pattern.finditer(data)}
@@ -304,7 +313,7 @@ class Engine:
         s.result = res
         if file_digest is not None:
             s.digest = file_digest
-        if self.cache is not None and s.digest and res.error is None:
+        if self.cache is not None and s.digest and res.error is None and not s.given:
             # Keyed by path as well as content: findings carry their path, and two files
             # with the same bytes (copies, empty __init__.py) must not share them.
             entry = self.cache.entry(s.digest)
@@ -314,7 +323,7 @@ class Engine:
             self.cache.dirty = True
 
     def _cached_result(self, s: _FileState) -> FileResult | None:
-        if self.cache is None or not s.digest:
+        if self.cache is None or not s.digest or s.given:
             return None
         entry = self.cache.entries.get(s.digest)
         if not isinstance(entry, dict) or not isinstance(entry.get("r"), dict):
@@ -396,64 +405,19 @@ class Engine:
         for code, why in self._broken.items():
             result.errors.append(FileError(f"<rule {code}>", why))
 
-        sup_cache: dict[str, suppressions.FileSuppressions] = {}
-
-        def sups_for(shown: str) -> suppressions.FileSuppressions:
-            if shown not in sup_cache:
-                s = by_shown[shown]
-                data = _read(s.path) if s.has_marker else None
-                sup_cache[shown] = suppressions.parse(data or b"")
-            return sup_cache[shown]
-
-        for shown, cand in kept:
-            f = cand.finding
-            if self._ignored_by_config(by_shown[shown].path, f.rule):
-                continue
-            if by_shown[shown].has_marker and sups_for(shown).match(
-                f.rule, (f.line, cand.statement_line)
-            ):
-                continue
-            result.findings.append(f)
-
-        if self.warn_unused_ignores:
-            enabled = set(self.codes)
-            for s in states:
-                if not s.has_marker or sups_for(s.shown).skip_file:
-                    continue  # a skipped file's comments had no chance to be used
-                if s.result is not None and s.result.error is not None:
-                    continue  # nor had those of a file that could not be parsed
-                for sup in sups_for(s.shown).all():
-                    if sup.used:
-                        continue
-                    codes = sorted(sup.codes) if sup.codes is not None else None
-                    if codes is not None and not any(c in enabled or not c.startswith("IC") for c in codes):
-                        continue  # only names rules that are switched off in this run
-                    what = f"ignore[{', '.join(codes)}]" if codes is not None else "ignore"
-                    result.findings.append(
-                        Finding(
-                            s.shown,
-                            sup.line,
-                            sup.column,
-                            sup.line,
-                            sup.column,
-                            UNUSED_SUPPRESSION[0],
-                            UNUSED_SUPPRESSION[1],
-                            f"Unused suppression `# invariant-check: {what}`: nothing is reported here",
-                            "Remove the comment, or move it to the line of the finding.",
-                        )
-                    )
-
-    def _ignored_by_config(self, path: Path, code: str) -> bool:
-        if not self.per_file_ignores:
-            return False
-        try:
-            rel = path.relative_to(self.root).as_posix()
-        except ValueError:
-            rel = path.as_posix()
-        for glob, codes in self.per_file_ignores.items():
-            if code in codes and (fnmatch.fnmatch(rel, glob) or fnmatch.fnmatch(path.name, glob)):
-                return True
-        return False
+        files = [
+            SourceFile(
+                s.path,
+                s.shown,
+                s.has_marker,
+                parsed=s.result is None or s.result.error is None,
+                source=self._sources.get(s.path),
+            )
+            for s in states
+        ]
+        enabled = self.codes + self.emitted + (["IC900"] if self.warn_unused_ignores else [])
+        done = finalize(kept, files, enabled=enabled, per_file_ignores=self.per_file_ignores, root=self.root)
+        result.findings.extend(done.findings + done.suppression_findings)
 
 
 def _read(path: Path) -> bytes | None:

@@ -45,3 +45,18 @@ def resolve_code(token: str) -> list[str]:
     if token.upper() == "ALL":
         return list(rules)
     return prefix
+
+
+def emitted_by_engine(rule: type[Rule]) -> bool:
+    """Rules such as IC900 that the engine reports itself (it never runs them on a tree)."""
+    return bool(getattr(rule, "EMITTED_BY_ENGINE", False))
+
+
+def default_codes() -> list[str]:
+    """The rules a run enables when nothing is selected (IC900 is opt-in)."""
+    return [c for c, r in all_rules().items() if getattr(r, "DEFAULT_ENABLED", True)]
+
+
+def always_codes() -> list[str]:
+    """Rules on whatever `select` says (only `ignore` turns them off): IC901."""
+    return [c for c, r in all_rules().items() if getattr(r, "ALWAYS_ENABLED", False)]

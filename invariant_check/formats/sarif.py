@@ -9,19 +9,6 @@ from urllib.parse import quote
 
 from .. import __version__
 
-UNUSED_SUPPRESSION_RULE = {
-    "id": "IC900",
-    "name": "unused-suppression",
-    "shortDescription": {"text": "A suppression comment that suppresses nothing."},
-    "fullDescription": {
-        "text": "Reported with --warn-unused-ignores: an `# invariant-check: ignore` comment "
-        "on a line where no enabled rule reports anything."
-    },
-    "help": {"text": "Remove the comment, or move it to the line of the finding."},
-    "defaultConfiguration": {"level": "warning"},
-}
-
-
 def _uri(path: str) -> dict:
     """A relative path stays relative to %SRCROOT% (what code scanning maps onto the checkout);
     an absolute one becomes a file:// URI. Either is percent-encoded."""
@@ -43,6 +30,11 @@ def _full_description(doc: str, fallback: str) -> str:
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 
 
+def _level(rule) -> str:
+    # findings about suppression comments (IC900, IC901) are not invariant bugs
+    return "warning" if getattr(rule, "EMITTED_BY_ENGINE", False) else "error"
+
+
 def _rule_descriptor(rule) -> dict:
     doc = rule.documentation()
     return {
@@ -51,21 +43,28 @@ def _rule_descriptor(rule) -> dict:
         "shortDescription": {"text": rule.SUMMARY},
         "fullDescription": {"text": _full_description(doc, rule.SUMMARY)},
         "help": {"text": doc, "markdown": doc},
-        "defaultConfiguration": {"level": "error"},
-        "properties": {"tags": ["correctness", "speculative-decoding"]},
+        "defaultConfiguration": {"level": _level(rule)},
+        "properties": {"tags": ["suppression"] if _level(rule) == "warning" else ["correctness", "speculative-decoding"]},
     }
 
 
 def render(result, rules, **_) -> str:
+    from ..registry import all_rules
+
+    rules = list(rules)
+    known = {r.CODE for r in rules}
+    # a finding of a rule the caller did not list still gets its descriptor (library callers)
+    for code in sorted({f.rule for f in result.findings} - known):
+        if code in all_rules():
+            rules.append(all_rules()[code])
     descriptors = [_rule_descriptor(r) for r in rules]
-    if any(f.rule == UNUSED_SUPPRESSION_RULE["id"] for f in result.findings):
-        descriptors.append(UNUSED_SUPPRESSION_RULE)
+    levels = {r.CODE: _level(r) for r in rules}
     index = {d["id"]: i for i, d in enumerate(descriptors)}
     results = []
     for f in result.findings:
         res = {
             "ruleId": f.rule,
-            "level": "warning" if f.rule == UNUSED_SUPPRESSION_RULE["id"] else "error",
+            "level": levels.get(f.rule, "error"),
             "message": {"text": f.message + (f"\nHint: {f.hint}" if f.hint else "")},
             "locations": [
                 {

@@ -8,29 +8,44 @@ from collections import Counter
 _LINE_END = re.compile(r"\r\n|\r|\n")
 
 
-def _source_line(path: str, line: int, cache: dict) -> str | None:
+def _source_line(path: str, line: int, cache: dict, sources: dict) -> str | None:
     if path not in cache:
         try:
-            with open(path, "rb") as fh:
-                # Python ends lines at \n, \r\n and \r only; str.splitlines would also split
-                # at form feeds and U+2028 and show the wrong line.
-                cache[path] = _LINE_END.split(fh.read().decode("utf-8-sig", errors="replace"))
+            if path in sources:  # standard input: the buffer, not the file on disk
+                data = sources[path]
+            else:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            # Python ends lines at \n, \r\n and \r only; str.splitlines would also split
+            # at form feeds and U+2028 and show the wrong line.
+            cache[path] = _LINE_END.split(data.decode("utf-8-sig", errors="replace"))
         except OSError:
             cache[path] = []
     lines = cache[path]
     return lines[line - 1] if 0 < line <= len(lines) else None
 
 
-def render(result, rules, *, color: bool = False, show_source: bool = False, statistics: bool = False, **_) -> str:
+def render(
+    result,
+    rules,
+    *,
+    color: bool = False,
+    show_source: bool = False,
+    statistics: bool = False,
+    quiet: bool = False,
+    sources: dict | None = None,
+    **_,
+) -> str:
+    """`quiet`: the findings only. `sources`: shown path -> bytes linted instead of the file."""
     bold = (lambda s: f"\x1b[1m{s}\x1b[0m") if color else (lambda s: s)
     red = (lambda s: f"\x1b[31m{s}\x1b[0m") if color else (lambda s: s)
     cyan = (lambda s: f"\x1b[36m{s}\x1b[0m") if color else (lambda s: s)
     out: list[str] = []
-    sources: dict = {}
+    lines_of: dict = {}
     for f in result.findings:
         out.append(f"{bold(f'{f.path}:{f.line}:{f.column}:')} {red(f.rule)} {f.message}")
         if show_source:
-            src = _source_line(f.path, f.line, sources)
+            src = _source_line(f.path, f.line, lines_of, sources or {})
             if src is not None:
                 end = f.end_column - 1 if f.end_line == f.line else len(src)
                 # Tabs are expanded so that the caret lines up with what the terminal shows.
@@ -44,18 +59,29 @@ def render(result, rules, *, color: bool = False, show_source: bool = False, sta
         counts = Counter((f.rule, f.name) for f in result.findings)
         for (code, name), n in sorted(counts.items()):
             out.append(f"{n:5d}  {code}  {name}")
-    n, e = len(result.findings), len(result.errors)
+    if quiet:
+        return "".join(line + "\n" for line in out)
+    n = len(result.findings)
+    missing = getattr(result, "paths_not_found", 0)
+    e = len(result.errors) - missing
     files = len({f.path for f in result.findings})
     parts = []
     if n:
         parts.append(f"Found {n} finding{'s' * (n != 1)} in {files} file{'s' * (files != 1)}")
     if e:
         parts.append(f"{e} file{'s' * (e != 1)} could not be linted")
+    if missing:
+        parts.append(f"{missing} path{'s' * (missing != 1)} not found")
     checked = f"{result.files_seen} file{'s' * (result.files_seen != 1)} checked"
     if not parts:
         out.append(f"All checks passed ({checked}).")
     else:
         out.append("; ".join(parts) + f" ({checked}).")
+    codes = sorted({f.rule for f in result.findings})
+    if len(codes) == 1:
+        out.append(f"Run `invariant-check explain {codes[0]}` for the rule's documentation and fix.")
+    elif codes:
+        out.append(f"Run `invariant-check explain CODE` ({', '.join(codes)}) for a rule's documentation and fix.")
     return "\n".join(out) + "\n"
 
 
