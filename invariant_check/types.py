@@ -94,21 +94,33 @@ class FileResult:
 
 @dataclass(frozen=True)
 class Option:
-    """A rule option settable under `[tool.invariant-check.options.<CODE>]`."""
+    """A rule option settable under `[tool.invariant-check.options.<CODE>]`.
+
+    `minimum` bounds an int option; unset, an int option is a count (at least 0).
+    """
 
     default: Any
     help: str
     kind: type = list  # list (of str), str, bool or int
+    minimum: int | None = None
 
     def validate(self, key: str, value: Any) -> Any:
+        got = f", got {value!r}"
         if self.kind is list:
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise ValueError(f"option {key!r} must be a list of strings")
+                raise ValueError(f"option {key!r} must be a list of strings{got}")
         elif self.kind is bool:
             if not isinstance(value, bool):
-                raise ValueError(f"option {key!r} must be true or false")
+                raise ValueError(f"option {key!r} must be true or false{got}")
+        elif self.kind is int:
+            lowest = 0 if self.minimum is None else self.minimum
+            if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
+                raise ValueError(f"option {key!r} must be an integer >= {lowest}{got}")
+        elif self.kind is str:
+            if not isinstance(value, str):
+                raise ValueError(f"option {key!r} must be a string{got}")
         elif not isinstance(value, self.kind) or isinstance(value, bool):
-            raise ValueError(f"option {key!r} must be a {self.kind.__name__}")
+            raise ValueError(f"option {key!r} must be of type {self.kind.__name__}{got}")
         return value
 
 
