@@ -23,13 +23,12 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from ic_support import BAD_CLASS, RULE, TREE, assert_no_traceback, run_cli  # noqa: E402
+from ic_support import BAD_CLASS, RULE, TREE, assert_no_traceback, run_cli
 
-from invariant_check import cli as cli_module  # noqa: E402
-from invariant_check.engine import Engine, lint_source  # noqa: E402
-from invariant_check.registry import all_rules  # noqa: E402
-from invariant_check.types import FileError, FileResult  # noqa: E402
+from invariant_check import cli as cli_module
+from invariant_check.engine import Engine, lint_source
+from invariant_check.registry import all_rules
+from invariant_check.types import FileError, FileResult
 
 TRIGGER = "set_skip_topk"
 ERROR_LINE = re.compile(r"^(?P<path>[^:]+)(?::(?P<line>\d+):(?P<col>\d+))?: error: (?P<msg>.+)$")
@@ -252,6 +251,7 @@ def test_file_deleted_between_scan_and_parse(tmp_path):
     assert result == (None, FileResult(error=FileError("never.py", "cannot read: file disappeared while linting")))
 
 
+@pytest.mark.slow  # tens of seconds to a minute or more on 2 cores
 def test_fifty_thousand_lines(tmp_path):
     filler = "".join(f"value_{i} = {i} + {i} * 2  # line {i}\n" for i in range(50_000 - 6))
     (tmp_path / "big.py").write_text(filler + BAD_CLASS)

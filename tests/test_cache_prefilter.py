@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from ic_support import (  # noqa: E402
+from ic_support import (
     EXPECTED_FLAGGED,
     RULE,
     TREE,
@@ -27,9 +25,9 @@ from ic_support import (  # noqa: E402
     write_tree,
 )
 
-from invariant_check.cache import Cache, config_key  # noqa: E402
-from invariant_check.engine import Engine  # noqa: E402
-from invariant_check.registry import all_rules  # noqa: E402
+from invariant_check.cache import Cache, config_key
+from invariant_check.engine import Engine
+from invariant_check.registry import all_rules
 
 
 def lint(tree: Path, *args: str) -> dict:

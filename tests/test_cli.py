@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from ic_support import (  # noqa: E402
+from ic_support import (
     BAD_CLASS,
     EXPECTED_FLAGGED,
     GOOD_CLASS,
@@ -26,9 +25,9 @@ from ic_support import (  # noqa: E402
     write_tree,
 )
 
-from invariant_check import cli as cli_module  # noqa: E402
-from invariant_check.engine import PARALLEL_MIN_FILES  # noqa: E402
-from invariant_check.registry import all_rules  # noqa: E402
+from invariant_check import cli as cli_module
+from invariant_check.engine import PARALLEL_MIN_FILES
+from invariant_check.registry import all_rules
 
 FINDING_LINE = re.compile(r"^(?P<path>[^:\s][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<rule>IC\d{3}) (?P<msg>.+)$")
 
@@ -471,6 +470,7 @@ def test_interrupt_is_exit_2_not_findings(tmp_path, monkeypatch):
 
 
 def test_debug_env_shows_the_real_exception(tmp_path, monkeypatch):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("INVARIANT_CHECK_DEBUG", "1")
 

@@ -8,15 +8,13 @@ import hashlib
 import json
 import os
 import re
-import sys
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import jsonschema
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from ic_support import (  # noqa: E402
+from ic_support import (
     BAD_CLASS,
     EXPECTED_FLAGGED,
     RULE,
@@ -25,10 +23,10 @@ from ic_support import (  # noqa: E402
     write_tree,
 )
 
-from invariant_check.engine import LintResult  # noqa: E402
-from invariant_check.formats import render  # noqa: E402
-from invariant_check.registry import all_rules  # noqa: E402
-from invariant_check.types import FileError, Finding  # noqa: E402
+from invariant_check.engine import LintResult
+from invariant_check.formats import render
+from invariant_check.registry import all_rules
+from invariant_check.types import FileError, Finding
 
 SCHEMA_FILE = Path(__file__).parent / "sarif" / "sarif-schema-2.1.0.json"
 SCHEMA_SHA256 = "c3b4bb2d6093897483348925aaa73af03b3e3f4bd4ca38cef26dcb4212a2682e"

@@ -9,19 +9,11 @@ meaning-preserving rewrite. `bench/mutation_report.py` prints the same table.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import libcst as cst
+import mutations as M  # tests/mutation_fixtures, on pytest's pythonpath (pyproject.toml)
 import pytest
 
 from invariant_check.registry import all_rules
-
-HERE = Path(__file__).resolve().parent / "mutation_fixtures"
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import mutations as M
 
 RULES = sorted({"IC001", "IC002"} & set(all_rules()))
 

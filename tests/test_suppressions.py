@@ -4,15 +4,13 @@ through the real CLI."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent / "fixtures"))
-from ic_support import RULE, assert_no_traceback, run_cli  # noqa: E402
+from ic_support import RULE, assert_no_traceback, run_cli
 
-from invariant_check import suppressions  # noqa: E402
+from invariant_check import suppressions
 
 HEAD = "import torch.nn as nn\n\n"
 

@@ -19,9 +19,8 @@ from types import SimpleNamespace
 import pytest
 
 HERE = Path(__file__).resolve().parent
-# The helper modules (compaction_*.py) import by name under any --import-mode.
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
+# The helper modules (compaction_*.py) import by name under any --import-mode: tests/compaction
+# is on pytest's pythonpath (pyproject.toml).
 KERNEL_MODULE = "invariant_check.compaction.kernel"
 NAIVE_PATH = HERE / "compaction_naive_kernel.py"
 

@@ -3,41 +3,34 @@ DeepSeek-V3 MTP checkpoint, and the real DeepSeek V3.2 MTP module built on CPU."
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))  # the builders live next to the tests, not in the package
+# The builders (guards_*.py) live next to the tests and import by name: tests/guards is on
+# pytest's pythonpath (pyproject.toml).
 
 
 @pytest.fixture
-def guards(monkeypatch):
+def guards():
     """Install the guards in this process with a given config; everything is restored after."""
-    from invariant_check.runtime_guards import patcher, runtime, topk_layout
-    from invariant_check.runtime_guards.config import (
-        ENV_FAULT,
-        GUARD_NAMES,
-        GuardConfig,
-    )
+    from invariant_check.runtime_guards import metadata_coherence, patcher, runtime, topk_layout
+    from invariant_check.runtime_guards.config import GUARD_NAMES, GuardConfig
 
-    def install(mode="raise", names=GUARD_NAMES, report_dir=None, faults=(), compaction="vllm"):
-        if faults:
-            monkeypatch.setenv(ENV_FAULT, ",".join(faults))
-        else:
-            monkeypatch.delenv(ENV_FAULT, raising=False)
-        cfg = GuardConfig(guards=frozenset(names), mode=mode,
-                          report_dir=str(report_dir) if report_dir else None, compaction=compaction)
+    def reset():
         patcher.uninstall()
         topk_layout.reset_states()
+        metadata_coherence.reset()
+
+    def install(mode="raise", names=GUARD_NAMES, report_dir=None, faults=(), compaction="vllm", sync="deferred"):
+        cfg = GuardConfig(guards=frozenset(names), mode=mode, report_dir=str(report_dir) if report_dir else None,
+                          faults=frozenset(faults), compaction=compaction, sync=sync)
+        reset()
         patcher.install(cfg)
         return runtime.reporter()
 
     yield install
-    patcher.uninstall()
-    topk_layout.reset_states()
+    reset()
 
 
 @pytest.fixture(scope="session")
