@@ -1,8 +1,9 @@
-"""The pre-commit hook, run by real `pre-commit try-repo` in a throwaway git repository.
+"""The pre-commit hook, run by real `pre-commit` in throwaway git repositories.
 
-pre-commit clones the hook repository at a commit and pip-installs it into its own
-virtualenv, so this exercises `.pre-commit-hooks.yaml`, the package build and the console
-script together, as a user of the hook gets them.
+`try-repo` clones the hook repository at a commit and pip-installs it into its own virtualenv,
+so it exercises `.pre-commit-hooks.yaml`, the package build and the console script together, as
+a user of the hook gets them. The `repo: local` configurations of docs/install.md (no URL needed)
+are read from that page and run as written.
 """
 
 from __future__ import annotations
@@ -17,7 +18,11 @@ from pathlib import Path
 
 import pytest
 
+pytest.importorskip("pre_commit")  # in the `test` extra, not in `lint-test`
+
 ROOT = Path(__file__).resolve().parents[1]
+INSTALL_DOC = ROOT / "docs" / "install.md"
+WHEEL_PLACEHOLDER = "/absolute/path/to/invariant_check-0.1.0-py3-none-any.whl"
 
 BROKEN = """\
 import torch.nn as nn
@@ -58,7 +63,7 @@ def _git(cwd: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def hook_repo(tmp_path_factory) -> Path:
+def hook_repo(tmp_path_factory, copy_project) -> Path:
     """A git repository holding this project's files, the hook config committed.
 
     try-repo needs the hook at a commit; copying the project's tracked and untracked
@@ -66,15 +71,7 @@ def hook_repo(tmp_path_factory) -> Path:
     """
     if shutil.which("git") is None:
         pytest.fail("git is needed to test the pre-commit hook")
-    repo = tmp_path_factory.mktemp("hook-repo")
-    listed = _git(ROOT, "ls-files", "--cached", "--others", "--exclude-standard", "-z")
-    for rel in filter(None, listed.split("\0")):
-        src = ROOT / rel
-        if not src.is_file():  # deleted in the work tree but still in the index
-            continue
-        dst = repo / rel
-        dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src, dst)
+    repo = copy_project(tmp_path_factory.mktemp("hook-repo"))
     assert (repo / ".pre-commit-hooks.yaml").is_file()
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
@@ -164,6 +161,93 @@ def test_hook_skips_non_python_files(tmp_path, hook_repo, pre_commit_home):
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "no files to check" in out.lower() or "Skipped" in out, out
+
+
+def _local_config(language: str) -> str:
+    """The `repo: local` configuration of docs/install.md for that hook language."""
+    blocks = re.findall(r"```yaml\n(.*?)```", INSTALL_DOC.read_text(), re.S)
+    found = [b for b in blocks if "repo: local" in b and f"language: {language}" in b]
+    assert len(found) == 1, f"docs/install.md should show one `repo: local` config with language: {language}"
+    return found[0]
+
+
+def _local_repo(root: Path, config: str) -> Path:
+    target = root / "target"
+    target.mkdir()
+    _git(target, "init", "-q")
+    (target / ".pre-commit-config.yaml").write_text(config)
+    (target / "predictor.py").write_text(BROKEN)
+    (target / "clean.py").write_text("x = 1\n")
+    _git(target, "add", ".pre-commit-config.yaml", "predictor.py", "clean.py")
+    return target
+
+
+def _run_hooks(target: Path, home: Path, path: str | None = None) -> subprocess.CompletedProcess:
+    env = _git_env()
+    env.update(PRE_COMMIT_HOME=str(home), NO_COLOR="1")
+    if path is not None:
+        env["PATH"] = path
+    for key in ("PRE_COMMIT", "SKIP", "INVARIANT_CHECK_CACHE_DIR"):
+        env.pop(key, None)
+    return subprocess.run(
+        [sys.executable, "-m", "pre_commit", "run", "--color", "never", "--verbose",
+         "--files", "predictor.py", "clean.py"],
+        check=False, cwd=target, env=env, capture_output=True, text=True, timeout=900,
+    )
+
+
+def _assert_fails_then_passes(target: Path, home: Path, path: str | None = None) -> None:
+    failed = _run_hooks(target, home, path)
+    out = failed.stdout + failed.stderr
+    assert failed.returncode == 1, out
+    assert "predictor.py:4:7: IC003" in out and "Failed" in out, out
+    assert "clean.py:" not in out, out
+
+    (target / "predictor.py").write_text(FIXED)
+    _git(target, "add", "predictor.py")
+    passed = _run_hooks(target, home, path)
+    out = passed.stdout + passed.stderr
+    assert passed.returncode == 0, out
+    assert "Passed" in out and "IC003" not in out, out
+    # The linter's cache is written in the target repository and must not show up as a new file.
+    assert _git(target, "ls-files", "--others", "--exclude-standard").strip() == "", out
+
+
+@pytest.mark.slow
+def test_local_hook_runs_the_installed_tool_without_any_url(tmp_path):
+    config = _local_config("system")
+    assert "<" not in config, "the documented config must work as written, with no placeholder"
+    target = _local_repo(tmp_path, config)
+    home = tmp_path / "pre-commit-home"
+    # The environment running pre-commit has invariant-check installed: this interpreter's.
+    bindir = str(Path(sys.executable).parent)
+    assert (Path(bindir) / "invariant-check").is_file()
+    _assert_fails_then_passes(target, home, path=os.pathsep.join([bindir, os.environ.get("PATH", "")]))
+
+    # Without the tool on PATH the hook cannot run: it really is the installed tool that ran.
+    bare = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and not (Path(p) / "invariant-check").exists())
+    missing = _run_hooks(target, home, path=bare)
+    assert missing.returncode != 0 and "invariant-check" in missing.stdout + missing.stderr
+
+
+@pytest.mark.slow
+def test_local_hook_with_a_pinned_wheel_without_any_url(tmp_path, copy_project):
+    config = _local_config("python")
+    assert WHEEL_PLACEHOLDER in config
+    # The wheel, built the way docs/install.md says.
+    src = copy_project(tmp_path / "src")
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", "dist", "."],
+                           cwd=src, capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout + built.stderr
+    wheel = src / "dist" / Path(WHEEL_PLACEHOLDER).name
+    assert [p.name for p in (src / "dist").iterdir()] == [wheel.name]
+
+    target = _local_repo(tmp_path, config.replace(WHEEL_PLACEHOLDER, str(wheel)))
+    # PATH without this environment's tool: the hook's own virtualenv must provide it.
+    bare = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep)
+                           if p and not (Path(p) / "invariant-check").exists())
+    _assert_fails_then_passes(target, tmp_path / "pre-commit-home", path=bare)
 
 
 CORPUS = ROOT.parent / "shared" / "corpus"
