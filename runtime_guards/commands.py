@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 EXIT_CLEAN, EXIT_VIOLATIONS, EXIT_ERROR = 0, 1, 2
+NO_RECORDS = "no guard records: were the guards enabled in the processes that ran?"
 
 
 def _installed_vllm() -> tuple[str | None, str | None]:
@@ -32,6 +33,17 @@ def _installed_vllm() -> tuple[str | None, str | None]:
     return ver, root
 
 
+def _why_not(target: Any, module: Any, import_error: str | None) -> str:
+    if module is None:
+        return import_error or "module not in this vLLM"
+    if target.is_function:
+        return "not in this vLLM"
+    owner = vars(module).get(target.owner)
+    if owner is not None and getattr(owner, "__module__", None) != module.__name__:
+        return f"not in this vLLM ({target.owner} now lives in {owner.__module__})"
+    return "not in this vLLM"
+
+
 def dry_run() -> dict[str, Any]:
     """Install every guard in this process, import the targets, report what got patched."""
     import contextlib
@@ -39,26 +51,24 @@ def dry_run() -> dict[str, Any]:
     import os
 
     from .config import GUARD_NAMES, ConfigError, GuardConfig, parse_env
-    from .patcher import install, uninstall
-    from .targets import KNOWN_TARGETS, REGISTRY, scan_topk_classes
+    from .patcher import REGISTRY, install, uninstall
+    from .targets import TARGETS, candidate_modules, expected_in, modules_named, owners, target_id, versions_text
 
     version, root = _installed_vllm()
+    result: dict[str, Any] = {"vllm_version": version, "vllm_path": root, "guards": {g: [] for g in GUARD_NAMES}}
     try:
-        env_cfg = parse_env()
-        env_state: dict[str, Any] = {"guards": sorted(env_cfg.guards), "mode": env_cfg.mode,
-                                     "report_dir": env_cfg.report_dir, "compaction": env_cfg.compaction,
-                                     "error": None}
+        cfg = parse_env()
     except ConfigError as exc:
-        env_state = {"error": str(exc)}
-    result: dict[str, Any] = {"vllm_version": version, "vllm_path": root, "environment": env_state, "guards": {}}
-    for g in GUARD_NAMES:
-        result["guards"][g] = []
+        result["environment"] = {"error": str(exc)}
+        return result
+    result["environment"] = {"guards": sorted(cfg.guards), "mode": cfg.mode, "report_dir": cfg.report_dir,
+                             "compaction": cfg.compaction, "sync": cfg.sync, "error": None}
     if root is None:
         result["error"] = "vLLM is not installed in this environment"
         return result
 
-    discovered = scan_topk_classes(root)
-    modules = sorted({t.module for t in KNOWN_TARGETS} | {m for m, _ in discovered})
+    candidates = {t: candidate_modules(root, t) for t in TARGETS if t.discovered}
+    modules = sorted(set(modules_named()) | {m for ms in candidates.values() for m in ms})
     import_errors: dict[str, str] = {}
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     install(GuardConfig(guards=frozenset(GUARD_NAMES), mode="record"))
@@ -70,66 +80,68 @@ def dry_run() -> dict[str, Any]:
                     importlib.import_module(name)
                 except Exception as exc:  # noqa: BLE001 - report, do not stop
                     import_errors[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-        patched = {r.target for r in REGISTRY.targets()}
-        listed: set[str] = set()
+        patched = {(r.guard, r.target) for r in REGISTRY.targets()}
+        for guard in GUARD_NAMES:
+            rows: list[dict[str, Any]] = result["guards"][guard]
+            listed: set[str] = set()
 
-        def entry(guard: str, module: str, qualname: str, versions: str, note: str) -> None:
-            tid = f"{module}:{qualname}"
-            listed.add(tid)
-            mod = sys.modules.get(module)
-            obj: Any = mod
-            for part in qualname.split("."):
-                obj = getattr(obj, part, None) if obj is not None else None
-            owner = getattr(mod, qualname.split(".")[0], None) if mod is not None else None
-            # A re-exported class (0.20+ eagle.py imports SpecDecodeBaseProposer) is not the target.
-            found = obj is not None and getattr(owner, "__module__", None) == module
-            why = ""
-            if mod is None:
-                why = import_errors.get(module, "module not in this vLLM")
-            elif owner is not None and getattr(owner, "__module__", None) != module:
-                why = f"not in this vLLM ({qualname.split('.')[0]} now lives in {owner.__module__})"
-            elif not found:
-                why = "not in this vLLM"
-            result["guards"][guard].append({
-                "target": tid, "versions": versions, "found": found, "patched": tid in patched,
-                "note": note, "why_not": why,
-            })
+            def add(target: str, t: Any, found: bool, why: str = "", expected: bool | None = None,
+                    rows: list = rows, listed: set = listed, guard: str = guard) -> None:
+                listed.add(target)
+                rows.append({"target": target, "versions": versions_text(t) if not t.discovered or not found
+                             else "discovered", "found": found, "patched": (guard, target) in patched,
+                             "expected": expected, "note": t.note, "why_not": "" if found else why})
 
-        for t in KNOWN_TARGETS:
-            entry(t.guard, t.module, t.qualname, t.versions, t.note)
-        for module, cls in discovered:
-            for meth in ("set_skip_topk", "compact_topk_indices", "forward"):
-                mod = sys.modules.get(module)
-                klass = getattr(mod, cls, None) if mod else None
-                if klass is not None and meth != "forward" and meth not in vars(klass):
-                    continue
-                entry("topk-layout", module, f"{cls}.{meth}", "discovered", "defines set_skip_topk/compact_topk_indices")
-        for r in REGISTRY.targets():
-            if r.target not in listed:
-                result["guards"][r.guard].append({"target": r.target, "versions": "discovered", "found": True,
-                                                  "patched": True, "note": "", "why_not": ""})
+            for t in (t for t in TARGETS if t.guard == guard and not t.discovered):
+                mod = sys.modules.get(t.module)
+                found = bool(mod is not None and owners(t, mod))
+                add(t.label, t, found, _why_not(t, mod, import_errors.get(t.module)), expected_in(t, version))
+            for t in (t for t in TARGETS if t.guard == guard and t.discovered):
+                hits = 0
+                for name in candidates[t]:
+                    mod = sys.modules.get(name)
+                    if mod is None:
+                        label = f"{name}:*.{t.attr}"
+                        if label not in listed:
+                            add(label, t, False, import_errors.get(name, "not imported"))
+                        continue
+                    for owner in owners(t, mod):
+                        hits += 1
+                        tid = target_id(owner, t.attr)
+                        if tid not in listed:
+                            add(tid, t, True)
+                if hits == 0 and expected_in(t, version):
+                    add(t.label, t, False, f"nothing matches ({t.selector.describe})", True)
     finally:
         uninstall()
+    enabled = cfg.guards or frozenset(GUARD_NAMES)
+    result["strict_missing"] = [r["target"] for g in GUARD_NAMES if g in enabled
+                                for r in result["guards"][g] if r["expected"] and not r["found"]]
     return result
 
 
 def _print_guards_text(res: dict[str, Any]) -> None:
     click.echo(f"vLLM: {res.get('vllm_version') or 'not installed'}" + (f" ({res['vllm_path']})" if res.get("vllm_path") else ""))
     env = res.get("environment", {})
-    if env.get("error"):
-        click.echo(f"environment: {env['error']}")
-    else:
-        on = ", ".join(env.get("guards") or []) or "off (INVARIANT_CHECK_GUARDS unset/0)"
-        click.echo(f"environment: guards {on}; mode {env.get('mode')}; report dir {env.get('report_dir') or '-'}; "
-                   f"compaction {env.get('compaction')}")
+    on = ", ".join(env.get("guards") or []) or "off (INVARIANT_CHECK_GUARDS unset/0)"
+    click.echo(f"environment: guards {on}; mode {env.get('mode')}; report dir {env.get('report_dir') or '-'}; "
+               f"compaction {env.get('compaction')}; sync {env.get('sync')}")
     if res.get("error"):
         click.echo(res["error"])
     for guard, rows in res.get("guards", {}).items():
         n = sum(1 for r in rows if r["patched"])
         click.echo(f"\nguard {guard}: {n} of {len(rows)} targets patched")
         for r in rows:
-            status = "patched" if r["patched"] else ("found, NOT patched" if r["found"] else
-                                                     ("not importable" if "Error" in r.get("why_not", "") else "not found"))
+            if r["patched"]:
+                status = "patched"
+            elif r["found"]:
+                status = "found, NOT patched"
+            elif "Error" in r.get("why_not", ""):
+                status = "not importable"
+            elif r["expected"]:
+                status = "MISSING"
+            else:
+                status = "not found"
             extra = f"  [{r['why_not']}]" if r.get("why_not") else ""
             when = "discovered" if r["versions"] == "discovered" else f"vLLM {r['versions']}"
             click.echo(f"  {status:18} {r['target']}  ({when}){extra}")
@@ -137,22 +149,42 @@ def _print_guards_text(res: dict[str, Any]) -> None:
 
 @click.command("guards")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
-def guards_command(fmt: str) -> None:
-    """Show the installed vLLM, each runtime guard, its targets, and whether they get patched."""
+@click.option("--strict", is_flag=True,
+              help="Exit 1 when a target of an enabled guard (all guards when INVARIANT_CHECK_GUARDS is unset) "
+                   "that should exist in the installed vLLM release is missing.")
+def guards_command(fmt: str, strict: bool) -> None:
+    """Show the installed vLLM, each runtime guard, its targets, and whether they get patched.
+
+    Exit codes: 0 fine, 1 with --strict when a target is missing, 2 on a bad INVARIANT_CHECK_*
+    variable or without vLLM.
+    """
     res = dry_run()
+    env_error = res.get("environment", {}).get("error")
+    if env_error:
+        click.echo(f"invariant-check: error: {env_error}", err=True)
+        sys.exit(EXIT_ERROR)
     if fmt == "json":
         click.echo(json.dumps(res, indent=2, sort_keys=True))
     else:
         _print_guards_text(res)
     if res.get("error"):
         sys.exit(EXIT_ERROR)
+    missing = res.get("strict_missing") or []
+    if strict and missing:
+        click.echo(f"invariant-check: --strict: {len(missing)} target(s) of enabled guards missing in vLLM "
+                   f"{res.get('vllm_version')}: {', '.join(missing)}", err=True)
+        sys.exit(EXIT_VIOLATIONS)
 
 
 @click.command("report")
 @click.argument("directory", type=click.Path(path_type=str))
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def report_command(directory: str, fmt: str) -> None:
-    """Merge the guards' JSONL files of all processes in DIRECTORY; exit 1 if any violation."""
+    """Merge the guards' JSONL files of all processes in DIRECTORY.
+
+    Exit codes: 0 no violation, 1 violations, 2 a bad DIRECTORY or no records at all (the guards
+    were not on, or wrote elsewhere).
+    """
     from .reporting import ReportDirError, load_records, report_files, summarize
 
     try:
@@ -160,6 +192,10 @@ def report_command(directory: str, fmt: str) -> None:
         records, bad = load_records(directory)
     except ReportDirError as exc:
         click.echo(f"invariant-check: error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    if not records:
+        click.echo(f"invariant-check: error: {NO_RECORDS} ({directory}: {len(files)} report file(s), "
+                   f"{len(bad)} unparsable line(s))", err=True)
         sys.exit(EXIT_ERROR)
     summary = summarize(records, bad, files=len(files))
     if fmt == "json":
@@ -174,9 +210,7 @@ def report_command(directory: str, fmt: str) -> None:
             label = "VIOLATION" if g["kind"] == "violation" else "GUARD ERROR"
             click.echo(f"  {label} {g['guard']}/{g['invariant']}: {g['count']}x in pid(s) "
                        f"{', '.join(map(str, g['pids']))}")
-            click.echo(f"    first: {g['first_message']}")
+            click.echo(f"    first (pid {g['first_pid']}, {g['first_site']}): {g['first_message']}")
         if bad:
             click.echo(f"  {len(bad)} unparsable line(s): {', '.join(bad[:5])}")
-        if not files:
-            click.echo("  (no invariant-check-*.jsonl files: were the guards enabled with INVARIANT_CHECK_REPORT_DIR?)")
     sys.exit(EXIT_VIOLATIONS if summary["violations"] else EXIT_CLEAN)

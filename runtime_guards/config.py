@@ -1,7 +1,8 @@
-"""Parsing of the INVARIANT_CHECK_* environment variables.
+"""Parsing of the INVARIANT_CHECK_* environment variables, once, into a GuardConfig.
 
 Kept free of torch/vLLM imports: the vLLM plugin calls it in every process, including ones that
-never run a model, and the CLI uses it too.
+never run a model, and the CLI uses it too. Guards read the parsed GuardConfig (through
+`runtime.config()`), never the environment.
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ from dataclasses import dataclass
 ENV_GUARDS = "INVARIANT_CHECK_GUARDS"
 ENV_MODE = "INVARIANT_CHECK_GUARDS_MODE"
 ENV_REPORT_DIR = "INVARIANT_CHECK_REPORT_DIR"
+ENV_SYNC = "INVARIANT_CHECK_GUARDS_SYNC"
 ENV_FAULT = "INVARIANT_CHECK_TEST_FAULT"
 ENV_COMPACTION = "INVARIANT_CHECK_COMPACTION"
 
 TOPK_LAYOUT = "topk-layout"
 GROUP_METADATA = "group-metadata"
-GUARD_NAMES: tuple[str, ...] = (TOPK_LAYOUT, GROUP_METADATA)
+METADATA_COHERENCE = "metadata-coherence"
+GUARD_NAMES: tuple[str, ...] = (TOPK_LAYOUT, GROUP_METADATA, METADATA_COHERENCE)
 MODES: tuple[str, ...] = ("raise", "warn", "record")
+# "deferred": device-side results are read where vLLM has synchronised anyway (the next
+# proposal); "eager": at once, one host sync per check, for debugging sessions.
+SYNCS: tuple[str, ...] = ("deferred", "eager")
 # Fault-injection switches for this project's own tests; see faults.py.
 FAULTS: tuple[str, ...] = (
     "drop-compaction",
@@ -27,6 +33,7 @@ FAULTS: tuple[str, ...] = (
     "wrong-slot-ids",
     "double-compaction",
     "bad-group-metadata",
+    "stale-max-seq-len",
 )
 COMPACTIONS: tuple[str, ...] = ("vllm", "triton")
 
@@ -42,10 +49,17 @@ class GuardConfig:
     report_dir: str | None = None
     faults: frozenset[str] = frozenset()
     compaction: str = "vllm"
+    sync: str = "deferred"
 
     @property
     def enabled(self) -> bool:
         return bool(self.guards)
+
+    @property
+    def installs(self) -> bool:
+        """Whether the plugin patches anything: a guard is on, or the compaction is swapped.
+        Faults alone install nothing: they exist to show a guard catching them."""
+        return self.enabled or self.compaction != "vllm"
 
     def on(self, guard: str) -> bool:
         return guard in self.guards
@@ -97,11 +111,11 @@ def parse_faults(raw: str | None) -> frozenset[str]:
 def parse_env(environ: Mapping[str, str] | None = None) -> GuardConfig:
     """Read the configuration; raises ConfigError with a one-line message on a bad value."""
     env = os.environ if environ is None else environ
-    guards = parse_guards(env.get(ENV_GUARDS))
-    mode = _parse_choice(ENV_MODE, env.get(ENV_MODE), MODES, "raise")
-    compaction = _parse_choice(ENV_COMPACTION, env.get(ENV_COMPACTION), COMPACTIONS, "vllm")
-    faults = parse_faults(env.get(ENV_FAULT))
-    report_dir = (env.get(ENV_REPORT_DIR) or "").strip() or None
     return GuardConfig(
-        guards=guards, mode=mode, report_dir=report_dir, faults=faults, compaction=compaction
+        guards=parse_guards(env.get(ENV_GUARDS)),
+        mode=_parse_choice(ENV_MODE, env.get(ENV_MODE), MODES, "raise"),
+        report_dir=(env.get(ENV_REPORT_DIR) or "").strip() or None,
+        faults=parse_faults(env.get(ENV_FAULT)),
+        compaction=_parse_choice(ENV_COMPACTION, env.get(ENV_COMPACTION), COMPACTIONS, "vllm"),
+        sync=_parse_choice(ENV_SYNC, env.get(ENV_SYNC), SYNCS, "deferred"),
     )

@@ -15,24 +15,23 @@ the same way as the guards: through the plugin and the environment). Values, com
   metadata type is put in front of the real groups (so it is never the last group); vLLM
   discards the per-group list after step 0, so the run itself is unaffected. Where vLLM has no
   allow-list (CPU, CUDA), the type of the real metadata is taken as the only allowed type.
+- stale-max-seq-len: the vLLM 0.13/0.14 bug (PR #32312): from draft step 1 on, the common
+  metadata's `max_seq_len` is put back to its step-0 value before the step's metadata is built,
+  as when the draft loop advanced `seq_lens` but not `max_seq_len` (v1 proposer).
+
+The switches are parsed once, with the rest of the configuration (config.parse_env).
 """
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
-from .config import ENV_FAULT, parse_faults
+from . import runtime
 
 
 def active() -> frozenset[str]:
-    raw = os.environ.get(ENV_FAULT)
-    if not raw:
-        return frozenset()
-    try:
-        return parse_faults(raw)
-    except ValueError:
-        return frozenset()  # register() already reported the bad value once
+    cfg = runtime.config()
+    return cfg.faults if cfg is not None else frozenset()
 
 
 def wrong_slot_ids(slot_ids: Any) -> Any:

@@ -15,6 +15,7 @@ from typing import Any
 
 from . import faults, runtime
 from .config import GROUP_METADATA
+from .targets import site_name
 
 G = GROUP_METADATA
 
@@ -95,7 +96,7 @@ def _inject_bad_group(proposer: Any, groups: list, per_group: list, draft_index:
 
 
 def wrap_build(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    site = f"{cls.__qualname__}.build_per_group_and_layer_attn_metadata"
+    site = site_name(cls, "build_per_group_and_layer_attn_metadata")
 
     def build_per_group_and_layer_attn_metadata(self, common_attn_metadata, draft_index: int = 0, *args, **kwargs):
         result = orig(self, common_attn_metadata, draft_index, *args, **kwargs)
@@ -130,8 +131,8 @@ def wrap_legacy_propose(orig: Callable[..., Any], cls: type) -> Callable[..., An
     return propose
 
 
-def wrap_legacy_set_forward_context(orig: Callable[..., Any], module_name: str) -> Callable[..., Any]:
-    site = f"{module_name}.set_forward_context"
+def wrap_legacy_set_forward_context(orig: Callable[..., Any], module: Any) -> Callable[..., Any]:
+    site = site_name(module, "set_forward_context")
 
     def set_forward_context(attn_metadata, *args, **kwargs):
         active = _active_propose.get()

@@ -7,14 +7,13 @@ hook imports nothing itself; it only wraps the loader of modules vLLM imports an
 
 from __future__ import annotations
 
-import logging
 import sys
 import threading
 from collections.abc import Callable
 from importlib.abc import Loader, MetaPathFinder
 from types import ModuleType
 
-logger = logging.getLogger("invariant_check.guards")
+from . import log
 
 OnLoaded = Callable[[ModuleType], None]
 
@@ -39,7 +38,7 @@ class _PatchingLoader(Loader):
         try:
             self._on_loaded(module)
         except Exception as exc:  # noqa: BLE001 - patching must never break an import
-            logger.error("invariant-check: patching %s failed: %s: %s", module.__name__, type(exc).__name__, exc)
+            log.error(f"patching {module.__name__} failed: {type(exc).__name__}: {exc}")
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
@@ -95,7 +94,7 @@ def install(watch: Callable[[str], bool], on_loaded: OnLoaded) -> GuardImportHoo
             try:
                 on_loaded(module)
             except Exception as exc:  # noqa: BLE001
-                logger.error("invariant-check: patching %s failed: %s: %s", name, type(exc).__name__, exc)
+                log.error(f"patching {name} failed: {type(exc).__name__}: {exc}")
     return _hook
 
 

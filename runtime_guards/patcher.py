@@ -1,27 +1,113 @@
-"""Decides, for each vLLM module as it finishes importing, what to wrap in it."""
+"""Applies the target table (targets.TARGETS) to each vLLM module as it finishes importing, and
+keeps what it replaced so that everything can be restored."""
 
 from __future__ import annotations
 
-import logging
+import functools
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import ModuleType
+from typing import Any
 
 from . import import_hook, runtime
-from .config import GROUP_METADATA, TOPK_LAYOUT, GuardConfig
-from .targets import (
-    GROUP_BUILD_METHOD,
-    MODEL_PREFIXES,
-    SPEC_DECODE_PREFIXES,
-    V2_SPEC_DECODE_PREFIXES,
-    defines_topk_hooks,
-    is_watched,
-    own_classes,
-    patch_method,
-)
+from .config import GuardConfig
+from .targets import LEGACY_EAGLE_MODULE, TARGETS, Target, is_watched, owners, target_id
 
-logger = logging.getLogger("invariant_check.guards")
+__all__ = ["LEGACY_EAGLE_MODULE", "REGISTRY", "install", "on_module_loaded", "patch_method", "uninstall",
+           "unpatch_all"]
 
-LEGACY_EAGLE_MODULE = "vllm.v1.spec_decode.eagle"
-V2_HOOKS = ("on_prefill_begin", "on_prefill_end", "capture", "load_draft_model")
+WRAPPED_MARK = "__invariant_check_wrapped__"
+GUARDS_MARK = "__invariant_check_guards__"  # the guards in a wrapper chain
+
+Factory = Callable[[Callable[..., Any], Any], Callable[..., Any]]
+
+
+@dataclass
+class PatchRecord:
+    guard: str
+    target: str  # "module:Class.attr" or "module:function"
+    owner: Any  # a class, or a module for module-level functions
+    name: str
+    original: Any
+    had_own: bool
+
+
+@dataclass
+class Registry:
+    records: list[PatchRecord] = field(default_factory=list)
+    keys: set[tuple[int, str, str]] = field(default_factory=set)
+
+    def is_patched(self, target: str) -> bool:
+        return any(p.target == target for p in self.records)
+
+    def targets(self) -> list[PatchRecord]:
+        return list(self.records)
+
+
+REGISTRY = Registry()
+
+
+def patch_method(
+    guard: str,
+    owner: Any,
+    name: str,
+    make_wrapper: Factory,
+    on_patched: Callable[[str, str], None] | None = None,
+) -> bool:
+    """Replace owner.name (a class attribute or a module function) by make_wrapper(original,
+    owner). Several guards may wrap one attribute; each guard once. Restored by unpatch_all()."""
+    key = (id(owner), name, guard)
+    if key in REGISTRY.keys:
+        return False
+    had_own = name in vars(owner)
+    original = vars(owner)[name] if had_own else getattr(owner, name, None)
+    if original is None or isinstance(original, (staticmethod, classmethod)):
+        return False  # none of our targets are; refuse rather than guess the binding
+    if not had_own and guard in getattr(original, GUARDS_MARK, ()):
+        return False  # inherited from a class this guard already wraps: one check per call
+    wrapper = make_wrapper(original, owner)
+    functools.update_wrapper(wrapper, original)
+    setattr(wrapper, WRAPPED_MARK, True)
+    setattr(wrapper, GUARDS_MARK, frozenset(getattr(original, GUARDS_MARK, ())) | {guard})
+    setattr(owner, name, wrapper)
+    REGISTRY.keys.add(key)
+    tid = target_id(owner, name)
+    REGISTRY.records.append(PatchRecord(guard, tid, owner, name, original, had_own))
+    if on_patched is not None:
+        on_patched(guard, tid)
+    return True
+
+
+def unpatch_all() -> int:
+    """Restore every attribute we replaced, newest first (stacked guards unwind in order)."""
+    n = 0
+    for rec in reversed(REGISTRY.records):
+        if rec.had_own:
+            setattr(rec.owner, rec.name, rec.original)
+        else:
+            try:
+                delattr(rec.owner, rec.name)
+            except AttributeError:
+                pass
+        n += 1
+    REGISTRY.records.clear()
+    REGISTRY.keys.clear()
+    return n
+
+
+_factories: dict[str, Factory] = {}
+
+
+def factory(target: Target) -> Factory:
+    """The wrapper factory a row names, e.g. "topk_layout.wrap_compact" (imported on first use:
+    the guard modules import torch)."""
+    fn = _factories.get(target.wrap)
+    if fn is None:
+        module_name, _, attr = target.wrap.rpartition(".")
+        fn = getattr(importlib.import_module(f"{__package__}.{module_name}"), attr)
+        _factories[target.wrap] = fn
+    return fn
 
 
 def _on_patched(guard: str, target: str) -> None:
@@ -30,74 +116,25 @@ def _on_patched(guard: str, target: str) -> None:
         rep.patched(guard, target)
 
 
-def _patch_topk_model_class(cls: type, cfg: GuardConfig) -> None:
-    from . import topk_layout
+def wanted(target: Target, cfg: GuardConfig) -> bool:
+    return cfg.on(target.guard) or (target.always and cfg.installs)
 
-    guard_on = cfg.on(TOPK_LAYOUT)
-    if "compact_topk_indices" in cls.__dict__:
-        # The Triton swap (and the test faults) work through the same wrapper, with or
-        # without the checks.
-        patch_method(TOPK_LAYOUT, cls, "compact_topk_indices",
-                     lambda f, c: topk_layout.wrap_compact(f, c, check=guard_on), _on_patched)
-    if not guard_on:
-        return
-    if "set_skip_topk" in cls.__dict__:
-        patch_method(TOPK_LAYOUT, cls, "set_skip_topk", topk_layout.wrap_set_skip_topk, _on_patched)
-    if callable(getattr(cls, "forward", None)):
-        patch_method(TOPK_LAYOUT, cls, "forward", topk_layout.wrap_forward, _on_patched)
+
+def apply(module: ModuleType, cfg: GuardConfig, on_patched: Callable[[str, str], None] | None = _on_patched) -> int:
+    """Patch every row of the table that applies to this module; returns how many were patched."""
+    n = 0
+    for target in TARGETS:
+        if not target.matches_module(module.__name__) or not wanted(target, cfg):
+            continue
+        for owner in owners(target, module):
+            n += patch_method(target.guard, owner, target.attr, factory(target), on_patched)
+    return n
 
 
 def on_module_loaded(module: ModuleType) -> None:
     cfg = runtime.config()
-    if cfg is None:
-        return
-    name = module.__name__
-    classes = own_classes(module)
-    if name.startswith(MODEL_PREFIXES):
-        for cls in classes:
-            if defines_topk_hooks(cls):
-                _patch_topk_model_class(cls, cfg)
-        return
-    if name.startswith(SPEC_DECODE_PREFIXES):
-        _patch_spec_decode(module, classes, cfg)
-        return
-    if name.startswith(V2_SPEC_DECODE_PREFIXES) and cfg.on(TOPK_LAYOUT):
-        from . import topk_layout
-
-        for cls in classes:
-            if cls.__name__ == "MTPSpeculator" or ("on_prefill_end" in cls.__dict__ and "load_draft_model" in cls.__dict__):
-                for hook in V2_HOOKS:
-                    if callable(getattr(cls, hook, None)):
-                        patch_method(TOPK_LAYOUT, cls, hook,
-                                     lambda f, c, h=hook: topk_layout.wrap_v2_hook(f, c, h), _on_patched)
-
-
-def _patch_spec_decode(module: ModuleType, classes: list[type], cfg: GuardConfig) -> None:
-    if cfg.on(GROUP_METADATA):
-        from . import group_metadata
-
-        for cls in classes:
-            if GROUP_BUILD_METHOD in cls.__dict__:
-                patch_method(GROUP_METADATA, cls, GROUP_BUILD_METHOD, group_metadata.wrap_build, _on_patched)
-        if module.__name__ == LEGACY_EAGLE_MODULE:
-            # 0.17-0.19: propose() builds the metadata itself; newer eagle.py inherits the builder.
-            legacy = [c for c in classes if "propose" in c.__dict__ and not hasattr(c, GROUP_BUILD_METHOD)]
-            for cls in legacy:
-                patch_method(GROUP_METADATA, cls, "propose", group_metadata.wrap_legacy_propose, _on_patched)
-            sfc = getattr(module, "set_forward_context", None)
-            if legacy and callable(sfc) and not getattr(sfc, "__invariant_check_wrapped__", False):
-                wrapped = group_metadata.wrap_legacy_set_forward_context(sfc, module.__name__)
-                wrapped.__invariant_check_wrapped__ = True  # type: ignore[attr-defined]
-                module.set_forward_context = wrapped  # type: ignore[attr-defined]
-                _on_patched(GROUP_METADATA, f"{module.__name__}:set_forward_context")
-    if cfg.on(TOPK_LAYOUT):
-        from . import topk_layout
-
-        for cls in classes:
-            if "load_model" in cls.__dict__ and (
-                hasattr(cls, GROUP_BUILD_METHOD) or module.__name__ == LEGACY_EAGLE_MODULE
-            ):
-                patch_method(TOPK_LAYOUT, cls, "load_model", topk_layout.wrap_load_model, _on_patched)
+    if cfg is not None:
+        apply(module, cfg)
 
 
 def install(cfg: GuardConfig) -> None:
@@ -106,8 +143,6 @@ def install(cfg: GuardConfig) -> None:
 
 
 def uninstall() -> None:
-    from .targets import unpatch_all
-
     import_hook.uninstall()
     unpatch_all()
     runtime.deactivate()

@@ -8,18 +8,9 @@ applied by an import hook as vLLM imports its own modules.
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
-
-logger = logging.getLogger("invariant_check.guards")
 
 _state = {"done": False, "installed": False, "error": None}
-
-
-def _say(level: int, msg: str) -> None:
-    # vLLM's logging config does not cover our logger; print one line to stderr ourselves.
-    print(f"invariant-check: {msg}", file=sys.stderr, flush=True)
 
 
 def register() -> None:
@@ -27,15 +18,16 @@ def register() -> None:
         if _state["done"]:
             return
         _state["done"] = True
+        from . import log
         from .config import ConfigError, parse_env
 
         try:
             cfg = parse_env(os.environ)
         except ConfigError as exc:
             _state["error"] = str(exc)
-            _say(logging.ERROR, f"error: {exc}")
+            log.error(str(exc))
             return
-        if not cfg.enabled and cfg.compaction != "triton":
+        if not cfg.installs:
             return
         _carry_env_to_ray_workers()
         from .patcher import install
@@ -44,7 +36,9 @@ def register() -> None:
         _state["installed"] = True
     except Exception as exc:  # noqa: BLE001 - never break vLLM from a plugin
         try:
-            _say(logging.ERROR, f"error: guards not installed: {type(exc).__name__}: {exc}")
+            from . import log
+
+            log.error(f"guards not installed: {type(exc).__name__}: {exc}")
         except Exception:  # noqa: BLE001
             pass
 

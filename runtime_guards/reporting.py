@@ -7,7 +7,6 @@ multi-node run is checked by copying the files into one directory.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import socket
 import sys
@@ -18,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import log
 from .config import GuardConfig
 from .errors import InvariantViolation
-
-logger = logging.getLogger("invariant_check.guards")
 
 FILE_PREFIX = "invariant-check-"
 FILE_SUFFIX = ".jsonl"
@@ -30,15 +28,6 @@ KIND_GUARD_ERROR = "guard_error"
 KIND_PATCHED = "patched"
 # A guard firing on every draft step would otherwise write thousands of identical lines.
 MAX_RECORDS_PER_SITE = 50
-
-
-def _ensure_handler() -> None:
-    # vLLM configures its own loggers only; without a handler a `warn` would be invisible.
-    if not logger.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s invariant-check: %(message)s"))
-        logger.addHandler(handler)
-        logger.propagate = False
 
 
 def _jsonable(value: Any) -> Any:
@@ -118,8 +107,7 @@ class Reporter:
             with self._lock, open(path, "a", encoding="utf-8") as fh:
                 fh.write(line + "\n")
         except OSError as exc:
-            _ensure_handler()
-            logger.error("cannot write report line to %s: %s", path, exc)
+            log.error(f"cannot write report line to {path}: {exc}")
 
     def _base(self, kind: str, guard: str, invariant: str, site: str) -> dict[str, Any]:
         return {
@@ -155,8 +143,7 @@ class Reporter:
         if mode == "raise":
             raise InvariantViolation(guard, invariant, message, values)
         if mode == "warn" and n == 1:
-            _ensure_handler()
-            logger.warning("[%s/%s] %s (further reports from this site are not logged)", guard, invariant, message)
+            log.warning(f"[{guard}/{invariant}] {message} (further reports from this site are not logged)")
 
     def guard_error(self, guard: str, site: str, exc: BaseException) -> None:
         """A bug in the guard itself: recorded and logged once per site, never raised into vLLM."""
@@ -168,8 +155,8 @@ class Reporter:
             record.update(message=f"{type(exc).__name__}: {exc}", values={}, occurrence=n)
             self._write(record)
         if n == 1:
-            _ensure_handler()
-            logger.error("guard %s failed inside %s (vLLM goes on): %s: %s", guard, site, type(exc).__name__, exc)
+            goes_on = "" if self.config.mode == "raise" else " (vLLM goes on)"
+            log.error(f"guard {guard} failed inside {site}{goes_on}: {type(exc).__name__}: {exc}")
 
     def patched(self, guard: str, target: str) -> None:
         record = self._base(KIND_PATCHED, guard, "installed", target)
@@ -194,28 +181,35 @@ def report_files(directory: str | os.PathLike[str]) -> list[Path]:
 
 
 def load_records(directory: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """All records of all processes, oldest first, and the lines that could not be parsed."""
+    """All records of all processes, oldest first, and the lines that could not be parsed
+    ("file:line"): a torn last line of a killed process, bytes that are not UTF-8, not JSON."""
     records: list[dict[str, Any]] = []
     bad: list[str] = []
     for file in report_files(directory):
         try:
-            text = file.read_text(encoding="utf-8")
+            data = file.read_bytes()
         except OSError as exc:
             raise ReportDirError(f"cannot read {file}: {exc}") from exc
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
+        for lineno, raw in enumerate(data.splitlines(), 1):
+            if not raw.strip():
                 continue
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                # A process killed mid-write leaves a torn last line; keep going, but say so.
+                rec = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError):
                 bad.append(f"{file.name}:{lineno}")
                 continue
-            if isinstance(rec, dict):
-                rec.setdefault("file", file.name)
-                records.append(rec)
-    records.sort(key=lambda r: r.get("timestamp") or 0)
+            if not isinstance(rec, dict):
+                bad.append(f"{file.name}:{lineno}")
+                continue
+            rec.setdefault("file", file.name)
+            records.append(rec)
+    records.sort(key=lambda r: r.get("timestamp") if isinstance(r.get("timestamp"), (int, float)) else 0)
     return records, bad
+
+
+def _key(value: Any) -> str | int | None:
+    # Records are read from files anyone could have written: never let a field's type crash us.
+    return value if value is None or isinstance(value, (int, str)) else repr(value)
 
 
 def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = None, files: int = 0) -> dict[str, Any]:
@@ -227,20 +221,22 @@ def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = N
         key = f"{r.get('kind')}:{r.get('guard')}/{r.get('invariant')}"
         entry = by_key.setdefault(
             key,
-            {"kind": r.get("kind"), "guard": r.get("guard"), "invariant": r.get("invariant"),
-             "count": 0, "pids": set(), "first_message": r.get("message")},
+            {"kind": r.get("kind"), "guard": _key(r.get("guard")), "invariant": _key(r.get("invariant")),
+             "count": 0, "pids": set(), "first_message": r.get("message"), "first_site": r.get("site"),
+             "first_pid": _key(r.get("pid"))},
         )
         entry["count"] += 1
-        entry["pids"].add(r.get("pid"))
+        entry["pids"].add(_key(r.get("pid")))
     groups = []
     for entry in by_key.values():
-        entry["pids"] = sorted(p for p in entry["pids"] if p is not None)
+        entry["pids"] = sorted((p for p in entry["pids"] if p is not None), key=str)
         groups.append(entry)
-    groups.sort(key=lambda e: (e["kind"], e["guard"] or "", e["invariant"] or ""))
+    groups.sort(key=lambda e: (str(e["kind"]), str(e["guard"] or ""), str(e["invariant"] or "")))
     return {
         "files": files,
-        "processes": len({r.get("pid") for r in records}),
-        "patched_processes": len({r.get("pid") for r in records if r.get("kind") == KIND_PATCHED}),
+        "records": len(records),
+        "processes": len({_key(r.get("pid")) for r in records}),
+        "patched_processes": len({_key(r.get("pid")) for r in records if r.get("kind") == KIND_PATCHED}),
         "violations": len(violations),
         "guard_errors": len(errors),
         "unparsable_lines": list(bad_lines or []),

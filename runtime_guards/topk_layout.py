@@ -12,7 +12,6 @@ has already synchronised; while a CUDA graph is being captured no value is read 
 
 from __future__ import annotations
 
-import os
 import sys
 import weakref
 from collections.abc import Callable
@@ -21,14 +20,13 @@ from typing import Any
 
 import torch
 
-from . import faults, runtime
+from invariant_check.compaction.modules import find_topk_holders, read_buffers
+
+from . import deferred, faults, runtime
 from .config import TOPK_LAYOUT
+from .targets import site_name
 
 G = TOPK_LAYOUT
-HOLDER_ATTRS = ("topk_indices_buffer", "_topk_indices_buffer", "logical_topk_indices")
-# Reading a device flag forces a sync; the eager switch exists for debugging sessions that
-# prefer an immediate report over zero added syncs.
-ENV_SYNC = "INVARIANT_CHECK_GUARDS_SYNC"
 
 
 @dataclass
@@ -55,7 +53,7 @@ class LayoutState:
     proposals: int = 0
     capturing: bool = False  # set by the v2 speculator's capture()
     hint_requests: int | None = None  # num_reqs passed to the v2 speculator hooks
-    pending: list[_Deferred] = field(default_factory=list)
+    pending: deferred.Queue = field(default_factory=deferred.Queue)
     buffers: list[tuple[str, torch.Tensor]] | None = None
 
 
@@ -77,76 +75,19 @@ def reset_states() -> None:
 # ---------------------------------------------------------------------------- helpers
 
 
-def _capturing() -> bool:
-    cuda = getattr(torch, "cuda", None)
-    try:
-        return bool(cuda is not None and cuda.is_available() and cuda.is_current_stream_capturing())
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _compiling() -> bool:
-    try:
-        return bool(torch.compiler.is_compiling())
-    except Exception:  # noqa: BLE001
-        return False
-
-
-def _immediate(t: torch.Tensor) -> bool:
-    return t.device.type == "cpu" or os.environ.get(ENV_SYNC, "").lower() == "eager"
-
-
-def _holder_tensors(obj: Any, attrs: dict, names: tuple[str, ...]) -> list[tuple[str, torch.Tensor]]:
-    found = []
-    # vLLM's SharedTopkIndicesBuffer resolves `topk_indices_buffer` through the indexer on every
-    # read (the v2 runner repoints indexers after the impls exist), so its `_topk_indices_buffer`
-    # snapshot is not what attention reads: take the property's value instead.
-    prop = isinstance(getattr(type(obj), "topk_indices_buffer", None), property)
-    for name in names:
-        if prop and name in ("topk_indices_buffer", "_topk_indices_buffer"):
-            if name == "topk_indices_buffer":
-                try:
-                    val = obj.topk_indices_buffer
-                except Exception:  # noqa: BLE001
-                    val = None
-                if isinstance(val, torch.Tensor):
-                    found.append((name, val))
-            continue
-        val = attrs.get(name)
-        if isinstance(val, torch.Tensor):
-            found.append((name, val))
-    return found
-
-
-def find_holders(model: Any, depth: int = 2, names: tuple[str, ...] = HOLDER_ATTRS) -> list[tuple[str, torch.Tensor]]:
-    """Every (path, tensor) that holds a top-k index buffer: modules and the helper objects they
-    keep (MLA impl, its sparse-index group, the group builder), up to `depth` objects deep."""
-    out: list[tuple[str, torch.Tensor]] = []
-    named = model.named_modules() if hasattr(model, "named_modules") else [("", model)]
-    seen_objs: set[int] = set()
-    skip_types = (torch.Tensor, torch.nn.Module, dict, list, tuple, set, str, bytes, int, float, bool, type(None), type)
-
-    def visit(prefix: str, obj: Any, level: int) -> None:
-        attrs = vars(obj)
-        for name, val in _holder_tensors(obj, attrs, names):
-            out.append((f"{prefix}.{name}" if prefix else name, val))
-        if level >= depth:
-            return
-        for aname, child in list(attrs.items()):
-            if isinstance(child, skip_types) or (callable(child) and not hasattr(child, "__dict__")):
-                continue
-            if id(child) in seen_objs:
-                continue
-            seen_objs.add(id(child))
-            try:
-                vars(child)
-            except TypeError:
-                continue
-            visit(f"{prefix}.{aname}" if prefix else aname, child, level + 1)
-
-    for path, mod in named:
-        visit(path, mod, 0)
+def find_holders(model: Any) -> list[tuple[str, torch.Tensor]]:
+    """(name, tensor) of every holder of a top-k buffer under the model (the compaction's finder)."""
+    out = []
+    for h in find_topk_holders(model):
+        t = h.tensor()
+        if t is not None:
+            out.append((h.name, t))
     return out
+
+
+def distinct_buffers(model: Any) -> list[tuple[str, torch.Tensor]]:
+    """The buffers the indexer writes and attention reads: exactly what the compaction gathers."""
+    return read_buffers(find_topk_holders(model))
 
 
 def _storage_key(t: torch.Tensor) -> tuple[str, int]:
@@ -157,18 +98,6 @@ def _storage_key(t: torch.Tensor) -> tuple[str, int]:
     return (str(t.device), ptr)
 
 
-def distinct_buffers(model: Any) -> list[tuple[str, torch.Tensor]]:
-    """The buffers the indexer writes and attention reads (what a compaction must gather);
-    a stale holder elsewhere is the holder check's business."""
-    seen: dict[tuple[str, int, int], tuple[str, torch.Tensor]] = {}
-    for path, t in find_holders(model, names=("topk_indices_buffer", "_topk_indices_buffer")):
-        if t.dim() != 2 or t.dtype.is_floating_point:
-            continue
-        key = (*_storage_key(t), t.storage_offset())
-        seen.setdefault(key, (path, t))
-    return list(seen.values())
-
-
 def _layer_key(path: str) -> str:
     parts = path.split(".")
     for i, p in enumerate(parts[:-1]):
@@ -177,23 +106,21 @@ def _layer_key(path: str) -> str:
     return ""
 
 
-# Holders whose contents attention never reads: vLLM 0.32's sparse-index group takes only the
-# device, dtype and width of `logical_topk_indices` (to size its workspace); the rows it converts
-# are passed in per call from the impl's buffer. The v2 runner repoints the readers at the
-# target's buffer and leaves the group's on the draft's own, which is fine; a different
-# device/dtype/width would not be.
-LAYOUT_ONLY_HOLDERS = ("logical_topk_indices",)
-
-
 def check_holders(model: Any, site: str) -> None:
     """Within each MTP layer, every holder that is read must share one storage; layout-only
     holders must match it in device, dtype and width."""
-    groups: dict[str, list[tuple[str, torch.Tensor]]] = {}
-    for path, t in find_holders(model):
-        groups.setdefault(_layer_key(path), []).append((path, t))
-    for layer, holders in groups.items():
-        read = [(p, t) for p, t in holders if p.rsplit(".", 1)[-1] not in LAYOUT_ONLY_HOLDERS]
-        layout_only = [(p, t) for p, t in holders if p.rsplit(".", 1)[-1] in LAYOUT_ONLY_HOLDERS]
+    # The v2 runner repoints the readers at the target's buffer and leaves the sparse-index
+    # group's layout-only holder on the draft's own, which is fine; a different device, dtype or
+    # width would not be.
+    groups: dict[str, list[tuple[str, torch.Tensor, bool]]] = {}
+    for h in find_topk_holders(model):
+        t = h.tensor()
+        if t is not None:
+            groups.setdefault(_layer_key(h.name), []).append((h.name, t, h.read))
+    for layer, entries in groups.items():
+        holders = [(p, t) for p, t, _ in entries]
+        read = [(p, t) for p, t, r in entries if r]
+        layout_only = [(p, t) for p, t, r in entries if not r]
         desc = {p: {"data_ptr": _storage_key(t)[1], "shape": list(t.shape), "dtype": str(t.dtype),
                     "device": str(t.device)} for p, t in holders}
         storages = {_storage_key(t) for _, t in read}
@@ -256,15 +183,10 @@ def _query_start_loc() -> torch.Tensor | None:
 
 
 def _report_or_defer(st: LayoutState, d: _Deferred, site: str) -> None:
-    if _immediate(d.flags):
-        _evaluate(st, d, site)
-    else:
-        st.pending.append(d)
+    st.pending.submit(d.flags, lambda failed_idx: _report(d, [d.labels[i] for i in failed_idx], site))
 
 
-def _evaluate(st: LayoutState, d: _Deferred, site: str) -> None:
-    ok = d.flags.detach().to("cpu").tolist()
-    failed = [label for label, good in zip(d.labels, ok) if not good]
+def _report(d: _Deferred, failed: list[str], site: str) -> None:
     if failed:
         values = dict(d.values)
         values["failed_conditions"] = failed
@@ -279,11 +201,8 @@ def _evaluate(st: LayoutState, d: _Deferred, site: str) -> None:
 def flush(model: Any, site: str = "flush") -> None:
     """Read back deferred device checks (called where vLLM has already synchronised)."""
     st = _states.get(model)
-    if st is None or not st.pending:
-        return
-    pending, st.pending = st.pending, []
-    for d in pending:
-        _evaluate(st, d, site)
+    if st is not None:
+        st.pending.flush()
 
 
 # ---------------------------------------------------------------------------- events
@@ -385,7 +304,7 @@ def before_compact(model: Any, slot_ids: Any, site: str) -> _CompactCtx | None:
                           {"model_class": cls, "shape": list(slot_ids.shape), "dtype": str(slot_ids.dtype),
                            "num_requests": st.requests, "buffer_rows": rows}, site=site)
         return None
-    check_values = not (st.capturing or _capturing())
+    check_values = not (st.capturing or deferred.capturing())
     # A copy: v2 passes a view of a persistent buffer that the next step overwrites, and the
     # deferred report reads these ids later.
     ids = slot_ids.detach().to(torch.long, copy=True)
@@ -438,7 +357,7 @@ def after_compact(model: Any, ctx: _CompactCtx | None, site: str) -> None:
                 "compaction-result",
                 f"{st.model_class}: compaction result wrong for {path} (shape {list(buf.shape)})",
                 {"model_class": st.model_class, "buffer": path, "num_requests": ctx.n,
-                 "slot_ids": ctx.ids[:64].tolist() if _immediate(ctx.ids) else None}, detail), site)
+                 "slot_ids": ctx.ids[:64].tolist() if deferred.immediate(ctx.ids) else None}, detail), site)
         st.requests = ctx.n
     st.layout = "per-request"
     st.compactions += 1
@@ -448,7 +367,7 @@ def after_compact(model: Any, ctx: _CompactCtx | None, site: str) -> None:
 
 
 def wrap_set_skip_topk(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    site = f"{cls.__qualname__}.set_skip_topk"
+    site = site_name(cls, "set_skip_topk")
 
     def set_skip_topk(self, skip, *args, **kwargs):
         result = orig(self, skip, *args, **kwargs)
@@ -459,11 +378,11 @@ def wrap_set_skip_topk(orig: Callable[..., Any], cls: type) -> Callable[..., Any
 
 
 def wrap_forward(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    site = f"{cls.__qualname__}.forward"
+    site = site_name(cls, "forward")
 
     def forward(self, *args, **kwargs):
         # Under torch.compile the wrapper is traced once; Python-side tracking would not replay.
-        if not _compiling():
+        if not deferred.compiling():
             runtime.run_check(G, site, on_forward, self, args, kwargs, site)
         return orig(self, *args, **kwargs)
 
@@ -479,8 +398,13 @@ def _triton_compaction() -> Callable[[Any, torch.Tensor], Any] | None:
     return compact_topk_indices_
 
 
-def wrap_compact(orig: Callable[..., Any], cls: type, *, check: bool = True) -> Callable[..., Any]:
-    site = f"{cls.__qualname__}.compact_topk_indices"
+def wrap_compact(orig: Callable[..., Any], cls: type, *, check: bool | None = None) -> Callable[..., Any]:
+    site = site_name(cls, "compact_topk_indices")
+    if check is None:
+        # Patched whenever the plugin is on (the Triton swap and the faults work through it);
+        # the checks only with this guard on.
+        cfg = runtime.config()
+        check = cfg is None or cfg.on(G)
 
     def compact_topk_indices(self, slot_ids, *args, **kwargs):
         active = faults.active()
@@ -502,7 +426,7 @@ def wrap_compact(orig: Callable[..., Any], cls: type, *, check: bool = True) -> 
 
 
 def wrap_load_model(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
-    site = f"{cls.__qualname__}.load_model"
+    site = site_name(cls, "load_model")
 
     def load_model(self, *args, **kwargs):
         result = orig(self, *args, **kwargs)
@@ -518,8 +442,9 @@ def _inner_model(draft_model: Any) -> Any:
     return getattr(draft_model, "model", draft_model)
 
 
-def wrap_v2_hook(orig: Callable[..., Any], cls: type, name: str) -> Callable[..., Any]:
-    site = f"{cls.__qualname__}.{name}"
+def wrap_v2_hook(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
+    name = orig.__name__
+    site = site_name(cls, name)
 
     if name == "load_draft_model":
         def hook(self, *args, **kwargs):

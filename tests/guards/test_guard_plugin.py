@@ -28,7 +28,8 @@ def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("raw, expected", [
     (None, set()), ("", set()), ("0", set()), ("1", set(GUARD_NAMES)), ("all", set(GUARD_NAMES)),
-    ("topk-layout", {"topk-layout"}), (" group-metadata , topk-layout ", set(GUARD_NAMES)),
+    ("topk-layout", {"topk-layout"}), (" group-metadata , topk-layout ", {"group-metadata", "topk-layout"}),
+    ("metadata-coherence", {"metadata-coherence"}),
 ])
 def test_guard_values(raw, expected):
     env = {} if raw is None else {"INVARIANT_CHECK_GUARDS": raw}
@@ -157,21 +158,27 @@ def test_every_installed_topk_class_is_discovered(guards):
     import importlib
 
     import vllm
-    from invariant_check.runtime_guards.targets import REGISTRY, scan_topk_classes
+    from invariant_check.runtime_guards.patcher import REGISTRY
+    from invariant_check.runtime_guards.targets import TARGETS, candidate_modules, own_classes
 
-    found = scan_topk_classes(os.path.dirname(vllm.__file__))
-    names = {c for _, c in found}
-    assert {"DeepSeekMultiTokenPredictor", "DeepseekV32MultiTokenPredictor", "Glm5NextMultiTokenPredictor",
-            "HYV4MultiTokenPredictor", "Qwen4ExpMultiTokenPredictor"} <= names
+    rows = [t for t in TARGETS if t.discovered and t.attr == "compact_topk_indices"]
+    found = sorted({m for t in rows for m in candidate_modules(os.path.dirname(vllm.__file__), t)})
+    assert {"vllm.model_executor.models.deepseek_mtp", "vllm.models.deepseek_v32.nvidia.mtp",
+            "vllm.models.deepseek_v32.amd.mtp", "vllm.models.glm5next.common.mtp", "vllm.models.hy_v4.nvidia.mtp",
+            "vllm.models.qwen4_exp.nvidia.mtp"} <= set(found)
     guards(mode="raise")
     imported = 0
-    for module, cls in found:
+    for module in found:
         try:
-            importlib.import_module(module)
+            mod = importlib.import_module(module)
         except ImportError:
             continue  # e.g. needs torchvision, which the CPU setup removes
         imported += 1
-        assert any(r.target == f"{module}:{cls}.compact_topk_indices" for r in REGISTRY.targets()), (module, cls)
+        classes = [c for c in own_classes(mod) if "compact_topk_indices" in vars(c)]
+        assert classes, module
+        for cls in classes:
+            target = f"{module}:{cls.__qualname__}.compact_topk_indices"
+            assert REGISTRY.is_patched(target), target
     assert imported >= 4
 
 

@@ -1,0 +1,435 @@
+"""Guard `metadata-coherence`: the common attention metadata a draft step is about to use.
+
+Each draft step advances per-request state (positions, `seq_lens`); every field derived from it
+must move with it, or the draft model attends to the wrong tokens (vLLM 0.13/0.14 left
+`max_seq_len` behind, PR #32312). Checked where the step's metadata is built, before vLLM's
+builders read it (v1: the proposer's `build_per_group_and_layer_attn_metadata`; model runner v2:
+what the speculator passes to `build_attn_metadata`), for the rows of the real requests:
+
+- `max-seq-len`: `max_seq_len >= seq_lens[row]`;
+- `query-start-loc`: `query_start_loc` non-decreasing over every row (CUDA-graph padding rows
+  included), and `query_start_loc[num_reqs] == num_actual_tokens`, the device tensor and its CPU
+  copy alike. Where vLLM passes a token count padded for a CUDA graph (v1 draft step 0, whose
+  metadata can come straight from the target's build; a padded or FULL-graph v2 build) the end
+  check is `query_start_loc[num_reqs] <= num_actual_tokens`;
+- `seq-lens-upper-bound`: `seq_lens_cpu_upper_bound[row] >= seq_lens[row]` where present;
+- `slot-mapping`: for each decode row (query length 1),
+  `slot_mapping[t] == block_table[row, pos // block_size] * block_size + pos % block_size` with
+  `t = query_start_loc[row]` and `pos` the position the draft model runs that token at. Rows
+  whose slot is vLLM's padding id (-1, "write nothing") are not checked; nor are decode context
+  parallel runs (their slots are rank-local).
+
+And `pad-tail` (model runner v2): after `_copy_request_inputs`, the speculator's `idx_mapping`
+rows past the real requests hold -1, the sentinel sampling and slot mapping skip (vLLM PR
+#47066: 0.24 left them stale).
+
+Tensors stay on their device: the comparisons are queued and read back when the next proposal
+starts (INVARIANT_CHECK_GUARDS_SYNC=eager: at once); nothing runs while a CUDA graph is captured.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import deferred, faults, runtime
+from .config import METADATA_COHERENCE
+from .targets import site_name
+
+G = METADATA_COHERENCE
+PAD_SLOT_ID = -1  # vLLM's PADDING_SLOT_ID / PAD_SLOT_ID
+
+_queue = deferred.Queue()
+
+
+def flush() -> None:
+    """Read back the device-side results of earlier draft steps."""
+    _queue.flush()
+
+
+def reset() -> None:
+    _queue.clear()
+
+
+# ---------------------------------------------------------------------------- what is checked
+
+
+@dataclass
+class SlotGroup:
+    """One KV-cache group's slot mapping with what it must agree with."""
+
+    slot_mapping: torch.Tensor  # [tokens]
+    block_table: torch.Tensor  # [rows, blocks]
+    block_size: int
+    positions: torch.Tensor  # [tokens]: the position each token runs at
+    name: str = ""  # "group 1" where there are several
+
+
+@dataclass
+class StepMetadata:
+    """The facts of one draft step's common metadata, whatever vLLM version they came from."""
+
+    owner: str  # the proposer/speculator class, for messages
+    draft_step: int | None
+    num_reqs: int  # real requests
+    num_rows: int  # rows in the tensors (more than num_reqs when padded for a CUDA graph)
+    num_tokens: int
+    tokens_may_be_padded: bool
+    max_seq_len: int | None
+    seq_lens: torch.Tensor | None
+    query_start_loc: torch.Tensor | None
+    query_start_loc_cpu: torch.Tensor | None
+    seq_lens_cpu_upper_bound: torch.Tensor | None
+    slot_groups: list[SlotGroup] = field(default_factory=list)
+
+
+@dataclass
+class _Cond:
+    invariant: str
+    field: str
+    ok: torch.Tensor  # bool, one per element
+    left: torch.Tensor  # the field's value per element
+    right: torch.Tensor | int  # what it must agree with, per element or one value
+    left_name: str
+    right_name: str
+    relation: str  # how left must relate to right, for the message
+    rows: torch.Tensor | None = None  # request row per element (default: the element index)
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # more values per element
+
+
+def _conditions(md: StepMetadata) -> list[_Cond]:
+    conds: list[_Cond] = []
+    n = md.num_reqs
+    seq = md.seq_lens[:n] if md.seq_lens is not None else None
+    if seq is not None and md.max_seq_len is not None and n > 0:
+        conds.append(_Cond("max-seq-len", "max_seq_len", md.max_seq_len >= seq, torch.full_like(seq, md.max_seq_len),
+                           seq.clone(), "max_seq_len", "seq_lens[row]", ">="))
+    for name, qsl in (("query_start_loc", md.query_start_loc), ("query_start_loc_cpu", md.query_start_loc_cpu)):
+        if qsl is None or qsl.dim() != 1 or qsl.numel() < n + 1:
+            continue
+        rows = min(md.num_rows, qsl.numel() - 1)
+        if rows > 0:
+            q = qsl[: rows + 1]
+            conds.append(_Cond("query-start-loc", name, q[1:] >= q[:-1], q[1:].clone(), q[:-1].clone(),
+                               f"{name}[row+1]", f"{name}[row]", ">="))
+        end = qsl[n : n + 1]
+        ok = end <= md.num_tokens if md.tokens_may_be_padded else end == md.num_tokens
+        conds.append(_Cond("query-start-loc", name, ok, end.clone(), md.num_tokens, f"{name}[num_reqs]",
+                           "num_actual_tokens", "<=" if md.tokens_may_be_padded else "==",
+                           rows=torch.full_like(end, n)))
+    ub = md.seq_lens_cpu_upper_bound
+    if ub is not None and seq is not None and ub.numel() >= n and n > 0:
+        # non_blocking: no host sync; the source is staged before the call returns.
+        ub_dev = ub[:n].to(seq.device, non_blocking=True)
+        conds.append(_Cond("seq-lens-upper-bound", "seq_lens_cpu_upper_bound", ub_dev >= seq, ub_dev,
+                           seq.clone(), "seq_lens_cpu_upper_bound[row]", "seq_lens[row]", ">="))
+    for g in md.slot_groups:
+        cond = _slot_condition(md, g)
+        if cond is not None:
+            conds.append(cond)
+    return conds
+
+
+def _slot_condition(md: StepMetadata, g: SlotGroup) -> _Cond | None:
+    n = md.num_reqs
+    qsl = md.query_start_loc
+    if qsl is None or n == 0 or g.block_size <= 0 or g.slot_mapping.numel() == 0 or g.positions.numel() == 0:
+        return None
+    if g.block_table.dim() != 2 or g.block_table.shape[0] < n or g.block_table.shape[1] == 0:
+        return None
+    dev = g.slot_mapping.device
+    q = qsl[: n + 1].to(dev).long()
+    first = q[:-1]
+    decode = (q[1:] - first) == 1
+    last_token = min(g.slot_mapping.numel(), g.positions.numel()) - 1
+    tok = first.clamp(0, last_token)
+    pos = g.positions.to(dev).long()[tok]
+    slot = g.slot_mapping.long()[tok]
+    table = g.block_table[:n].to(dev).long()
+    blocks = pos // g.block_size
+    in_table = (blocks >= 0) & (blocks < table.shape[1])
+    block_id = table.gather(1, blocks.clamp(0, table.shape[1] - 1).view(-1, 1)).view(-1)
+    expected = block_id * g.block_size + pos % g.block_size
+    ok = ~decode | (slot == PAD_SLOT_ID) | (in_table & (slot == expected))
+    label = f"slot_mapping{' (' + g.name + ')' if g.name else ''}"
+    return _Cond("slot-mapping", label, ok, slot, expected, "slot_mapping[t]",
+                 f"block_table[row, pos // {g.block_size}] * {g.block_size} + pos % {g.block_size}", "==",
+                 extra={"token": tok, "position": pos})
+
+
+def check(md: StepMetadata, site: str) -> None:
+    """Queue (or, on CPU and in eager mode, evaluate) every condition of this step."""
+    if deferred.capturing():
+        return
+    conds = _conditions(md)
+    by_device: dict[torch.device, list[_Cond]] = {}
+    for c in conds:
+        by_device.setdefault(c.ok.device, []).append(c)
+    for group in by_device.values():
+        flags = torch.stack([c.ok.all() if c.ok.numel() else torch.ones((), dtype=torch.bool, device=c.ok.device)
+                             for c in group])
+        _queue.submit(flags, lambda failed, group=group: _report(md, [group[i] for i in failed], site))
+
+
+def _report(md: StepMetadata, failed: list[_Cond], site: str) -> None:
+    for c in failed:
+        bad = (~c.ok).nonzero().flatten()
+        i = int(bad[0]) if bad.numel() else 0
+        row = int(c.rows[i]) if c.rows is not None else i
+        left = c.left[i].item()
+        right = c.right[i].item() if isinstance(c.right, torch.Tensor) else c.right
+        step = "?" if md.draft_step is None else md.draft_step
+        extra = {k: v[i].item() for k, v in c.extra.items()}
+        more = "".join(f", {k} {v}" for k, v in extra.items())
+        runtime.violation(
+            G, c.invariant,
+            f"{md.owner} draft step {step}, request row {row}: {c.field} breaks "
+            f"{c.left_name} {c.relation} {c.right_name} ({left} vs {right}{more}; "
+            f"{int(bad.numel())} of {c.ok.numel()} rows)",
+            {"field": c.field, "draft_step": md.draft_step, "row": row, c.left_name: left, c.right_name: right,
+             **extra, "bad_rows": int(bad.numel()), "num_reqs": md.num_reqs, "num_actual_tokens": md.num_tokens,
+             "owner": md.owner},
+            site=site)
+
+
+# ---------------------------------------------------------------------------- v1 proposer
+
+
+def _v1_positions(proposer: Any) -> torch.Tensor | None:
+    # The buffer the draft model's positions are read from (`_get_positions`); M-RoPE keeps the
+    # text position in row 0.
+    if getattr(proposer, "uses_mrope", False):
+        mrope = getattr(proposer, "mrope_positions", None)
+        return mrope[0] if isinstance(mrope, torch.Tensor) else None
+    pos = getattr(proposer, "positions", None)
+    return pos if isinstance(pos, torch.Tensor) else None
+
+
+def v1_step(proposer: Any, cad: Any, draft_index: int) -> StepMetadata:
+    seq = getattr(cad, "seq_lens", None)
+    qsl = getattr(cad, "query_start_loc", None)
+    num_reqs = int(getattr(cad, "num_reqs", 0) or (seq.shape[0] if isinstance(seq, torch.Tensor) else 0))
+    groups = []
+    positions = _v1_positions(proposer)
+    slot = getattr(cad, "slot_mapping", None)
+    table = getattr(cad, "block_table_tensor", None)
+    block_size = getattr(proposer, "block_size", -1)
+    if (positions is not None and isinstance(slot, torch.Tensor) and isinstance(table, torch.Tensor)
+            and table.dim() == 2 and isinstance(block_size, int) and block_size > 0
+            and getattr(cad, "dcp_local_seq_lens", None) is None):
+        groups.append(SlotGroup(slot, table, block_size, positions))
+    return StepMetadata(
+        owner=type(proposer).__qualname__,
+        draft_step=draft_index,
+        num_reqs=num_reqs,
+        num_rows=num_reqs,
+        num_tokens=int(getattr(cad, "num_actual_tokens", 0)),
+        # Step 0 may use the target's metadata as is, whose token count vLLM pads for CUDA graphs;
+        # the draft steps set num_actual_tokens to the batch size themselves.
+        tokens_may_be_padded=draft_index == 0,
+        max_seq_len=getattr(cad, "max_seq_len", None),
+        seq_lens=seq if isinstance(seq, torch.Tensor) else None,
+        query_start_loc=qsl if isinstance(qsl, torch.Tensor) else None,
+        query_start_loc_cpu=_tensor(getattr(cad, "query_start_loc_cpu", None)),
+        seq_lens_cpu_upper_bound=_tensor(getattr(cad, "seq_lens_cpu_upper_bound", None)),
+        slot_groups=groups,
+    )
+
+
+def _tensor(value: Any) -> torch.Tensor | None:
+    return value if isinstance(value, torch.Tensor) else None
+
+
+STEP0_MAX_SEQ_LEN = "_invariant_check_step0_max_seq_len"
+
+
+def _stale_max_seq_len(proposer: Any, cad: Any, draft_index: int) -> None:
+    """Fault: the 0.13/0.14 draft loop, where seq_lens advanced and max_seq_len did not."""
+    if draft_index == 0:
+        setattr(proposer, STEP0_MAX_SEQ_LEN, getattr(cad, "max_seq_len", None))
+        return
+    stale = getattr(proposer, STEP0_MAX_SEQ_LEN, None)
+    if stale is not None:
+        cad.max_seq_len = stale
+
+
+def wrap_v1_build(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
+    site = site_name(cls, "build_per_group_and_layer_attn_metadata")
+
+    def build_per_group_and_layer_attn_metadata(self, common_attn_metadata, draft_index: int = 0, *args, **kwargs):
+        if common_attn_metadata is not None:
+            if "stale-max-seq-len" in faults.active():
+                _stale_max_seq_len(self, common_attn_metadata, int(draft_index))
+            runtime.run_check(G, site, lambda: check(v1_step(self, common_attn_metadata, int(draft_index)), site))
+        return orig(self, common_attn_metadata, draft_index, *args, **kwargs)
+
+    return build_per_group_and_layer_attn_metadata
+
+
+def wrap_propose(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
+    site = site_name(cls, "propose")
+
+    def propose(self, *args, **kwargs):
+        if len(_queue):
+            runtime.run_check(G, site, flush)  # vLLM synchronised since the last proposal
+        return orig(self, *args, **kwargs)
+
+    return propose
+
+
+# ---------------------------------------------------------------------------- model runner v2
+
+
+@dataclass
+class _V2Context:
+    speculator: Any
+    num_reqs: int | None
+    step: int | None
+    full_graph: bool
+
+
+_v2_context: contextvars.ContextVar[_V2Context | None] = contextvars.ContextVar("ic_v2_build", default=None)
+
+
+def wrap_v2_build_context(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
+    """The speculator's own metadata method knows what build_attn_metadata is not told: the real
+    request count (before CUDA-graph padding), the draft step, the graph mode."""
+    try:
+        sig: inspect.Signature | None = inspect.signature(orig)
+    except (TypeError, ValueError):
+        sig = None
+
+    def build(self, *args, **kwargs):
+        ctx = None
+        if sig is not None:
+            try:
+                bound = sig.bind(self, *args, **kwargs).arguments
+                cg_mode = getattr(bound.get("batch_desc"), "cg_mode", None)
+                ctx = _V2Context(self, _int(bound.get("num_reqs")), _int(bound.get("step")),
+                                 getattr(cg_mode, "name", None) == "FULL")
+            except TypeError:
+                ctx = None
+        token = _v2_context.set(ctx)
+        try:
+            return orig(self, *args, **kwargs)
+        finally:
+            _v2_context.reset(token)
+
+    return build
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def v2_step(bound: dict[str, Any], ctx: _V2Context | None) -> StepMetadata | None:
+    if bound.get("for_cudagraph_capture"):
+        return None
+    rows = _int(bound.get("num_reqs"))
+    num_tokens = _int(bound.get("num_tokens"))
+    if rows is None or num_tokens is None:
+        return None
+    real = ctx.num_reqs if ctx is not None and ctx.num_reqs is not None else rows
+    padded = ctx is None or ctx.num_reqs is None or ctx.full_graph or rows != real
+    seq = _tensor(bound.get("seq_lens"))
+    qsl = _tensor(bound.get("query_start_loc_gpu"))
+    groups: list[SlotGroup] = []
+    positions = _tensor(bound.get("positions"))
+    spec = ctx.speculator if ctx is not None else None
+    tables = getattr(spec, "block_tables", None)
+    block_sizes = getattr(tables, "block_sizes", None)
+    if positions is not None and isinstance(block_sizes, (list, tuple)) and getattr(tables, "cp_size", 1) == 1:
+        slots = bound.get("slot_mappings")
+        block_tables = bound.get("block_tables") or []
+        for i, (bt, bs) in enumerate(zip(block_tables, block_sizes)):
+            if slots is None or i >= len(slots) or not isinstance(bt, torch.Tensor) or not isinstance(bs, int):
+                continue
+            groups.append(SlotGroup(slots[i], bt, bs, positions, f"group {i}" if len(block_sizes) > 1 else ""))
+    return StepMetadata(
+        owner=type(spec).__qualname__ if spec is not None else "speculator",
+        draft_step=ctx.step if ctx is not None else None,
+        num_reqs=real,
+        num_rows=rows,
+        num_tokens=num_tokens,
+        tokens_may_be_padded=padded,
+        max_seq_len=_int(bound.get("max_seq_len")),
+        seq_lens=seq,
+        query_start_loc=qsl,
+        query_start_loc_cpu=_tensor(bound.get("query_start_loc_cpu")),
+        seq_lens_cpu_upper_bound=_tensor(bound.get("seq_lens_cpu_upper_bound")),
+        slot_groups=groups,
+    )
+
+
+def wrap_v2_build_attn_metadata(orig: Callable[..., Any], module: Any) -> Callable[..., Any]:
+    site = site_name(module, "build_attn_metadata")
+    sig = inspect.signature(orig)
+
+    def build_attn_metadata(*args, **kwargs):
+        def run() -> None:
+            md = v2_step(sig.bind(*args, **kwargs).arguments, _v2_context.get())
+            if md is not None:
+                check(md, site)
+
+        runtime.run_check(G, site, run)
+        return orig(*args, **kwargs)
+
+    return build_attn_metadata
+
+
+def check_pad_tail(speculator: Any, num_reqs: int, dummy_run: bool, site: str) -> None:
+    idx = getattr(speculator, "idx_mapping", None)
+    if not isinstance(idx, torch.Tensor) or idx.dim() != 1 or deferred.capturing():
+        return
+    start = 0 if dummy_run else num_reqs
+    tail = idx[start:]
+    if tail.numel() == 0:
+        return
+    owner = type(speculator).__qualname__
+    ok = tail == -1
+    tail = tail.clone()
+
+    def report(_failed: list[int]) -> None:
+        bad = (~ok).nonzero().flatten()
+        i = int(bad[0]) if bad.numel() else 0
+        row = start + i
+        runtime.violation(
+            G, "pad-tail",
+            f"{owner}: idx_mapping[{row}] = {int(tail[i])} past the {num_reqs} real requests "
+            f"({int(bad.numel())} of {tail.numel()} padded rows); padded rows must hold -1, or the "
+            "draft step samples into and writes the KV cache of a stale request slot",
+            {"field": "idx_mapping", "draft_step": None, "row": row, "idx_mapping[row]": int(tail[i]),
+             "expected": -1, "num_reqs": num_reqs, "rows": int(idx.numel()), "dummy_run": dummy_run,
+             "owner": owner},
+            site=site)
+
+    _queue.submit(ok.all().reshape(1), report)
+
+
+def wrap_copy_request_inputs(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
+    site = site_name(cls, "_copy_request_inputs")
+    sig = inspect.signature(orig)
+    # Since vLLM marks padded rows for slot mapping too (a `dummy_run` parameter came with it),
+    # every padded row must hold -1; before (0.25) only where draft logits are kept.
+    always = "dummy_run" in sig.parameters
+
+    def _copy_request_inputs(self, *args, **kwargs):
+        result = orig(self, *args, **kwargs)
+
+        def run() -> None:
+            bound = sig.bind(self, *args, **kwargs).arguments
+            num_reqs = _int(bound.get("num_reqs"))
+            if num_reqs is None:
+                return
+            if always or getattr(self, "draft_logits", None) is not None:
+                check_pad_tail(self, num_reqs, bool(bound.get("dummy_run", False)), site)
+
+        runtime.run_check(G, site, run)
+        return result
+
+    return _copy_request_inputs
