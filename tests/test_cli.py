@@ -167,7 +167,8 @@ def test_text_format_lines_hint_summary(tree):
     for i, l in enumerate(lines):
         if FINDING_LINE.match(l):
             assert lines[i + 1].strip().startswith("hint: ")
-    assert lines[-1] == f"Found {len(findings)} findings in {len(findings)} files (18 files checked)."
+    assert lines[-2] == f"Found {len(findings)} findings in {len(findings)} files (18 files checked)."
+    assert lines[-1] == f"Run `invariant-check explain {RULE}` for the rule's documentation and fix."
     assert "\x1b[" not in run.out  # no colour when not a terminal
     assert "^" not in run.out  # no caret when not a terminal
 
@@ -503,3 +504,122 @@ def test_errors_are_sorted_by_path(tmp_path):
     (tmp_path / "b_broken.py").write_text("def set_skip_topk(:\n")
     doc = lint_json(tmp_path, "a_missing.py", "b_broken.py", "c_missing.py")
     assert [e["path"] for e in doc["errors"]] == ["a_missing.py", "b_broken.py", "c_missing.py"]
+
+
+# -- conventions a ruff user expects ----------------------------------------------------------------
+
+
+def test_exit_zero_keeps_the_report_but_exits_0(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    run = lint(tmp_path, "--exit-zero", ".")
+    assert run.code == 0 and "bad.py:3:7: IC003" in run.out
+    # the tool failing is still exit 2
+    (tmp_path / "broken.py").write_text("def set_skip_topk(:\n")
+    assert lint(tmp_path, "--exit-zero", ".").code == 2
+
+
+def test_quiet_prints_findings_only(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS)
+    run = lint(tmp_path, "-q", ".")
+    assert run.code == 1
+    assert run.out.splitlines()[0].startswith("bad.py:3:7: IC003")
+    assert "Found" not in run.out and "explain" not in run.out
+    (tmp_path / "bad.py").write_text(GOOD_CLASS)
+    clean = lint(tmp_path, "--quiet", ".")
+    assert clean.code == 0 and clean.out == ""
+
+
+def test_output_format_is_an_alias_of_format(tree):
+    a = run_cli("lint", "--select", RULE, "--output-format", "json", "--no-cache", ".", cwd=tree)
+    b = run_cli("lint", "--select", RULE, "--format", "json", "--no-cache", ".", cwd=tree)
+    assert a.code == b.code == 1 and json.loads(a.out) == json.loads(b.out)
+    bad = run_cli("lint", "--output-format", "xml", ".", cwd=tree)
+    assert bad.code == 2 and "xml" in bad.err
+
+
+def test_extend_select_adds_to_the_selection(tmp_path):
+    (tmp_path / "bad.py").write_text(BAD_CLASS + "x = 1  # invariant-check: ignore[IC003]\n")
+    rules = lambda *args: {f["rule"] for f in lint_json(tmp_path, "--no-cache", *args, ".")["findings"]}
+    assert rules() == {RULE}
+    assert rules("--extend-select", "IC900") == {RULE, "IC900"}
+    # and to the configuration's selection
+    (tmp_path / "pyproject.toml").write_text('[tool.invariant-check]\nselect = ["IC001"]\n')
+    run = run_cli("lint", "--format", "json", "--no-cache", "--extend-select", RULE, ".", cwd=tmp_path)
+    assert {f["rule"] for f in json.loads(run.out)["findings"]} == {RULE}
+    assert run_cli("lint", "--extend-select", "IC0O3", ".", cwd=tmp_path).code == 2
+
+
+def test_a_missing_path_is_not_a_file_checked(tmp_path):
+    run = lint(tmp_path, "nothere.py")
+    assert run.code == 2
+    assert run.out.splitlines()[-1] == "1 path not found (0 files checked)."
+    assert "nothere.py: error: cannot open: no such file or directory" in run.err
+    (tmp_path / "ok.py").write_text(GOOD_CLASS)
+    assert lint(tmp_path, "ok.py", "gone").out.splitlines()[-1] == "1 path not found (1 file checked)."
+    assert lint_json(tmp_path, "ok.py", "gone")["summary"]["files_checked"] == 1
+
+
+# -- standard input ----------------------------------------------------------------------------------
+
+
+def test_stdin_is_linted_as_the_named_file(tree):
+    # the buffer differs from the file on disk: the buffer is what is reported
+    buffer = (tree / "pkg" / "bad.py").read_text().replace("class Bad(", "\n\nclass Bad(")
+    run = run_cli("lint", "--select", RULE, "--format", "json", "-", "--stdin-filename", "pkg/bad.py", cwd=tree, input=buffer)
+    assert run.code == 1, run.err
+    doc = json.loads(run.out)
+    assert [(f["path"], f["line"]) for f in doc["findings"]] == [("pkg/bad.py", 5)]
+    assert doc["summary"]["files_checked"] == 1
+
+
+def test_stdin_uses_the_project_for_cross_file_facts(tree):
+    # BadSub's base lives in another file: without the project on disk, IC003 proves nothing
+    code = (tree / "pkg" / "sub" / "bad_sub.py").read_text()
+    named = run_cli("lint", "--select", RULE, "--format", "json", "--stdin-filename", "pkg/sub/bad_sub.py", cwd=tree, input=code)
+    assert [f["path"] for f in json.loads(named.out)["findings"]] == ["pkg/sub/bad_sub.py"]
+    # the fixed buffer is clean although the file on disk is not
+    fixed = code + "\n    def compact_topk_indices(self, slot_ids):\n        pass\n"
+    clean = run_cli("lint", "--select", RULE, "-", "--stdin-filename", "pkg/sub/bad_sub.py", cwd=tree, input=fixed)
+    assert clean.code == 0, clean.out
+    assert clean.out.strip() == "All checks passed (1 file checked)."
+
+
+def test_stdin_honours_the_files_configuration_and_suppressions(tree):
+    (tree / "pkg" / "pyproject.toml").write_text('[tool.invariant-check]\nignore = ["IC003"]\n')
+    code = (tree / "pkg" / "bad.py").read_text()
+    assert run_cli("lint", "-", "--stdin-filename", "pkg/bad.py", cwd=tree, input=code).code == 0
+    (tree / "pkg" / "pyproject.toml").unlink()
+    suppressed = code.replace("(nn.Module):", "(nn.Module):  # invariant-check: ignore[IC003]")
+    assert run_cli("lint", "--select", RULE, "-", "--stdin-filename", "pkg/bad.py", cwd=tree, input=suppressed).code == 0
+
+
+def test_stdin_without_a_name_and_with_a_new_file(tmp_path):
+    run = run_cli("lint", "--select", RULE, "-", cwd=tmp_path, input=BAD_CLASS)
+    assert run.code == 1 and run.out.startswith("-:3:7: IC003")
+    # an unsaved new file: nothing on disk under that name
+    new = run_cli("lint", "--select", RULE, "--format", "json", "--stdin-filename", "new/mod.py", cwd=tmp_path, input=BAD_CLASS)
+    assert [f["path"] for f in json.loads(new.out)["findings"]] == ["new/mod.py"]
+    broken = run_cli("lint", "--select", RULE, "-", "--stdin-filename", "x.py", cwd=tmp_path, input="def set_skip_topk(:\n")
+    assert broken.code == 2 and re.search(r"^x\.py:1:\d+: error: syntax error", broken.err, re.M)
+    assert_no_traceback(broken)
+
+
+def test_stdin_writes_nothing_for_the_buffer_to_the_cache(tmp_path):
+    (tmp_path / "m.py").write_text(GOOD_CLASS)
+    run_cli("lint", "--select", RULE, "-", "--stdin-filename", "m.py", cwd=tmp_path, input=BAD_CLASS)
+    # the file on disk is still clean, and the buffer's findings were not cached under its path
+    assert lint(tmp_path, "m.py").code == 0
+    assert run_cli("lint", "--select", RULE, "-", "--stdin-filename", "m.py", cwd=tmp_path, input=BAD_CLASS).code == 1
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["lint", "-", "other.py"], "cannot be combined"),
+        (["lint", "--stdin-filename", "x.py", "other.py"], "--stdin-filename"),
+    ],
+)
+def test_stdin_usage_errors(tmp_path, args, needle):
+    run = run_cli(*args, cwd=tmp_path, input="")
+    assert run.code == 2 and needle in run.err
+    assert_no_traceback(run)

@@ -100,7 +100,9 @@ switch-method = "use_shared"
     cfg = load_config(path)
     assert set(cfg.select) == set(all_rules())  # a prefix selects every rule it starts
     assert cfg.ignore == ["IC003"]
-    assert cfg.exclude == ["gen/", "third_party"]
+    assert cfg.exclude == ["gen/"] and cfg.extend_exclude == ["third_party"]
+    assert cfg.user_excludes == ["gen/", "third_party"]
+    assert cfg.walk_excludes == ()  # setting `exclude` replaces the default list, as in ruff
     assert cfg.cache_dir == (tmp_path / ".cache" / "ic").resolve()
     assert cfg.jobs == 3
     assert cfg.per_file_ignores == {"tests/*.py": ["IC003"]}

@@ -139,7 +139,8 @@ def test_sarif_lists_every_enabled_rule_even_without_results(tmp_path, validator
     assert run.code == 0
     doc = json.loads(run.out)
     assert not list(validator.iter_errors(doc))
-    assert [r["id"] for r in doc["runs"][0]["tool"]["driver"]["rules"]] == list(all_rules())
+    # every rule on by default: IC900 is opt-in, IC901 always on
+    assert [r["id"] for r in doc["runs"][0]["tool"]["driver"]["rules"]] == [c for c in all_rules() if c != "IC900"]
     assert doc["runs"][0]["results"] == []
 
 
@@ -186,11 +187,45 @@ def test_json_errors_omit_missing_positions():
 def test_text_summary_wording():
     rules = list(all_rules().values())
     one = render("text", _result([_finding()]), rules)
-    assert one.splitlines()[-1] == "Found 1 finding in 1 file (1 file checked)."
+    assert one.splitlines()[-2] == "Found 1 finding in 1 file (1 file checked)."
     two = render("text", _result([_finding(), _finding(path="b.py")], [FileError("c.py", "x")]), rules)
-    assert two.splitlines()[-1] == "Found 2 findings in 2 files; 1 file could not be linted (3 files checked)."
+    assert two.splitlines()[-2] == "Found 2 findings in 2 files; 1 file could not be linted (3 files checked)."
     clean = render("text", _result(), rules)
     assert clean == "All checks passed (0 files checked).\n"
+
+
+def test_text_ends_with_a_pointer_to_explain():
+    rules = list(all_rules().values())
+    one = render("text", _result([_finding()]), rules)
+    assert one.splitlines()[-1] == f"Run `invariant-check explain {RULE}` for the rule's documentation and fix."
+    other = Finding("b.py", 1, 1, 1, 2, "IC001", all_rules()["IC001"].NAME, "m", "h")
+    two = render("text", _result([_finding(), other]), rules)
+    assert two.splitlines()[-1] == f"Run `invariant-check explain CODE` (IC001, {RULE}) for a rule's documentation and fix."
+    # nothing found: no pointer; errors only: no pointer either
+    assert "explain" not in render("text", _result(errors=[FileError("c.py", "x")]), rules)
+
+
+def test_text_quiet_prints_the_findings_only():
+    rules = list(all_rules().values())
+    quiet = render("text", _result([_finding()], [FileError("c.py", "x")]), rules, quiet=True)
+    assert quiet == "a.py:3:7: IC003 msg\n    hint: do this\n"
+    assert render("text", _result(), rules, quiet=True) == ""
+
+
+def test_text_missing_paths_are_not_files_checked():
+    rules = list(all_rules().values())
+    result = _result(errors=[FileError("gone.py", "cannot open: no such file or directory")])
+    result.files_seen = 0
+    result.paths_not_found = 1
+    assert render("text", result, rules).splitlines()[-1] == "1 path not found (0 files checked)."
+
+
+def test_text_source_line_of_a_given_buffer(tmp_path, monkeypatch):
+    # standard input: the caret goes under the buffer's line, not under the file on disk
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.py").write_text("on disk\n" * 5)
+    out = render("text", _result([_finding()]), [], show_source=True, sources={"a.py": b"1\n2\nclass Predictor:\n"})
+    assert "    class Predictor:\n          ^^^^\n" in out and "on disk" not in out
 
 
 def test_text_colour_only_when_asked():

@@ -4,6 +4,7 @@ through the real CLI."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -54,8 +55,9 @@ def test_suppressed_on_the_reported_line(tmp_path, comment):
     [
         "  # invariant-check: ignore[IC001]",
         "  # invariant-check: ignore [IC001]",  # a space must not turn it into a bare ignore
-        "  # invariant-check: ignore[]",
         "  # invariant-check ignore[IC003]",
+        "  # noqa",  # a bare noqa is written for other tools
+        "  # noqa: E501",
     ],
 )
 def test_other_codes_do_not_suppress(tmp_path, comment):
@@ -195,3 +197,143 @@ def test_parse_fallback_does_not_repeat_comments():
     # tokenizing fails at the end (open bracket); the comments already read are not read again
     sups = suppressions.parse(b"a = 1  # invariant-check: ignore[IC003]\nx = (\n  # invariant-check: ignore[IC001]\n")
     assert sorted((line, len(s)) for line, s in sups.by_line.items()) == [(1, 1), (3, 1)]
+
+
+# -- names, noqa, and findings about the comments themselves ------------------------------------
+
+NAME = "reuse-mode-without-compaction-method"
+
+
+def lint_doc(tmp_path: Path, code: str, *args: str) -> dict:
+    (tmp_path / "m.py").write_text(HEAD + code)
+    run = run_cli("lint", "--format", "json", "--no-cache", *args, "m.py", cwd=tmp_path)
+    assert_no_traceback(run)
+    assert run.code in (0, 1), run.err
+    return json.loads(run.out)
+
+
+@pytest.mark.parametrize(
+    "comment",
+    [
+        f"  # invariant-check: ignore[{NAME}]",
+        f"  # invariant-check: ignore[{NAME.upper()}]",  # names, like codes, in any case
+        f"  # invariant-check: ignore[IC001, {NAME}]",
+        "  # noqa: IC003",
+        "  # noqa:IC003,E501",
+        "  # NOQA: E501 IC003",
+        "  # type: ignore  # noqa: IC003",
+    ],
+)
+def test_names_and_noqa_suppress(tmp_path, comment):
+    assert findings(tmp_path, CLASS.format(comment=comment)) == []
+
+
+def test_a_name_is_quoted_as_written_when_unused(tmp_path):
+    code = CLASS.format(comment="") + f"x = 1  # invariant-check: ignore[{NAME}]\n"
+    found = findings(tmp_path, code, "--warn-unused-ignores")
+    assert rules_at(found) == [(RULE, 3), ("IC900", 6)]
+    assert f"`# invariant-check: ignore[{NAME}]`" in found[1]["message"]
+    assert f"`{NAME}` (IC003)" in found[1]["message"]
+
+
+def test_each_unused_code_is_reported_on_its_own(tmp_path):
+    # IC003 is used on the class line; IC001 (enabled too) is not: only IC001 is unused
+    code = CLASS.format(comment="  # invariant-check: ignore[IC003, IC001]")
+    doc = lint_doc(tmp_path, code, "--select", "IC001,IC003", "--warn-unused-ignores")
+    (unused,) = doc["findings"]
+    assert (unused["rule"], unused["line"]) == ("IC900", 3)
+    assert unused["message"] == (
+        "Unused suppression: `IC001` in `# invariant-check: ignore[IC003, IC001]` suppresses nothing on this line"
+    )
+    # a noqa's IC codes are checked the same way; other tools' codes are left alone
+    doc = lint_doc(tmp_path, "x = 1  # noqa: E501, IC003\n", "--select", RULE, "--warn-unused-ignores")
+    assert [(f["rule"], f["message"]) for f in doc["findings"]] == [
+        ("IC900", "Unused suppression: `IC003` in `# noqa: E501, IC003` suppresses nothing on this line")
+    ]
+
+
+@pytest.mark.parametrize(
+    "comment, quoted, needle",
+    [
+        ("# invariant-check: ignore[IC03]", "# invariant-check: ignore[IC03]", "Unknown rule `IC03` (did you mean IC003?)"),
+        ("#invariant-check:ignore[ic003 , Ic02]", "#invariant-check:ignore[ic003 , Ic02]", "Unknown rule `Ic02`"),
+        ("# invariant-check: ignore[reuse-mode]", "# invariant-check: ignore[reuse-mode]", "Unknown rule `reuse-mode`"),
+        ("# invariant-check: ignore[IC00]", "# invariant-check: ignore[IC00]", "Unknown rule `IC00`"),  # no prefixes
+        ("# invariant-check: ignore[]", "# invariant-check: ignore[]", "names no rule"),
+        ("# invariant-check: ignroe[IC003]", "# invariant-check: ignroe[IC003]", "Unknown directive `ignroe`"),
+        # an open bracket runs to the end of the comment
+        ("# invariant-check: ignore[IC003", "# invariant-check: ignore[IC003 reason: tested", "not closed"),
+        ("# invariant-check: skip-file[IC003]", "# invariant-check: skip-file[IC003]", "takes no codes"),
+        ("# noqa: E501, IC33", "# noqa: E501, IC33", "Unknown rule `IC33`"),
+    ],
+)
+def test_an_invalid_comment_is_always_reported(tmp_path, comment, quoted, needle):
+    # no --warn-unused-ignores, and only IC003 selected: IC901 is still on
+    code = f"x = 1  {comment} reason: tested\n"
+    doc = lint_doc(tmp_path, code, "--select", RULE)
+    (f,) = doc["findings"]
+    assert (f["rule"], f["name"], f["line"], f["column"]) == ("IC901", "invalid-suppression", 3, 8)
+    assert f"`{quoted}`" in f["message"] and needle in f["message"]
+    assert f["end_column"] == 8 + len(quoted)
+    assert "\n" not in f["message"] and f["hint"]
+
+
+def test_an_unknown_code_does_not_stop_the_known_one(tmp_path):
+    code = CLASS.format(comment="  # invariant-check: ignore[IC02, IC003]")
+    assert rules_at(findings(tmp_path, code)) == [("IC901", 3)]
+
+
+def test_ic901_is_turned_off_by_ignore_only(tmp_path):
+    code = "x = 1  # invariant-check: ignore[IC03]\n"
+    assert lint_doc(tmp_path, code, "--ignore", "IC901")["findings"] == []
+    assert [f["rule"] for f in lint_doc(tmp_path, code, "--select", "IC001")["findings"]] == ["IC901"]
+    (tmp_path / "pyproject.toml").write_text('[tool.invariant-check.per-file-ignores]\n"m.py" = ["IC901"]\n')
+    assert lint_doc(tmp_path, code)["findings"] == []
+    (tmp_path / "pyproject.toml").write_text('[tool.invariant-check]\nignore = ["invalid-suppression"]\n')
+    assert lint_doc(tmp_path, code)["findings"] == []
+
+
+def test_ic900_is_a_rule_like_the_others(tmp_path):
+    code = "x = 1  # invariant-check: ignore\n"
+    assert lint_doc(tmp_path, code)["findings"] == []  # opt-in
+    for args in (["--warn-unused-ignores"], ["--extend-select", "IC900"], ["--select", "IC900"],
+                 ["--select", "unused-suppression"], ["--select", "ALL"]):
+        assert [f["rule"] for f in lint_doc(tmp_path, code, *args)["findings"]] == ["IC900"], args
+    # ignore wins over the flag
+    assert lint_doc(tmp_path, code, "--warn-unused-ignores", "--ignore", "IC900")["findings"] == []
+    (tmp_path / "pyproject.toml").write_text('[tool.invariant-check]\nextend-select = ["IC900"]\n')
+    assert [f["rule"] for f in lint_doc(tmp_path, code)["findings"]] == ["IC900"]
+    (tmp_path / "pyproject.toml").write_text('[tool.invariant-check.per-file-ignores]\n"*.py" = ["IC900"]\n')
+    assert lint_doc(tmp_path, code, "--warn-unused-ignores")["findings"] == []
+
+
+def test_a_comment_naming_ic900_quiets_its_own_line(tmp_path):
+    code = "x = 1  # invariant-check: ignore[IC003, IC900]\ny = 2  # invariant-check: ignore\n"
+    doc = lint_doc(tmp_path, code, "--select", RULE, "--warn-unused-ignores")
+    assert rules_at(doc["findings"]) == [("IC900", 4)]  # a bare ignore does not quiet itself
+
+
+@pytest.mark.parametrize("code", ["IC900", "IC901", "unused-suppression", "invalid-suppression"])
+def test_explain_and_rules_know_the_suppression_rules(tmp_path, code):
+    run = run_cli("explain", code, cwd=tmp_path)
+    assert run.code == 0, run.err
+    assert run.out.startswith("# IC90") and "## What it does" in run.out and "```python" in run.out
+    listed = run_cli("rules", cwd=tmp_path).out
+    assert re.search(r"^IC900\s+unused-suppression\s", listed, re.M)
+    assert re.search(r"^IC901\s+invalid-suppression\s", listed, re.M)
+
+
+def test_parse_keeps_the_comment_verbatim_and_resolves_names():
+    sups = suppressions.parse(f"a = 1  # invariant-check: ignore[ic001,  {NAME}]  reason\n".encode())
+    (d,) = sups.by_line[1]
+    assert d.text == f"# invariant-check: ignore[ic001,  {NAME}]"
+    assert d.named == (("ic001", "IC001"), (NAME, "IC003")) and d.problems == []
+    assert d.covers("IC003") and not d.covers("IC002")
+
+
+def test_has_marker_is_cheap_and_sound():
+    assert suppressions.has_marker(b"x  # invariant-check: ignore\n")
+    assert suppressions.has_marker(b"x  # noqa: E501, IC003\n")
+    assert suppressions.has_marker(b"x  # NOQA:IC003\n")
+    assert not suppressions.has_marker(b"x  # noqa: E501\ny = 'IC003'\n")
+    assert not suppressions.has_marker(b"x  # noqa\n")
