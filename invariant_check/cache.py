@@ -1,9 +1,17 @@
-"""Result cache: per-file results keyed by content hash, in one file per configuration.
+"""The result cache. This module alone knows its format.
 
-The configuration key covers the tool version, the enabled rules and their options, so a
-changed rule set never reads stale results. A stat memo (size, mtime) maps paths to content
-hashes so that a warm run does not read unchanged files, as git's index does; files modified
-within the last two seconds are re-hashed to stay safe against coarse mtimes.
+One file per configuration (`<key>.json`), where the key covers the format, the tool
+version, the enabled rules and their options, and a hash of the source of the rules and the
+analysis layer (an edited rule never serves stale results). It holds:
+
+- `stat`: path -> [size, mtime_ns, digest], so a warm run reads no unchanged file (as git's
+  index does; files modified within the last two seconds are re-hashed, for coarse mtimes);
+- `files`: digest -> what the scan found in those bytes (`ScanInfo`);
+- `results`: digest -> shown path -> the analysis `Outcome`, with its dependencies;
+- `words`: digest -> word -> whether those bytes hold it (project-wide text questions).
+
+Facts of parsed definitions (`facts-<key>.json`, keyed by the analysis layer's source only)
+are read only when some file has to be analysed again.
 """
 
 from __future__ import annotations
@@ -14,17 +22,49 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .records import Outcome
 
-FORMAT = 2  # 2: per-file results are keyed by path inside each content entry
+FORMAT = 3
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """A hash of the source of everything that decides findings: the analysis layer, the
+    rules, the engine's stages. Part of every cache key."""
+    pkg = Path(__file__).resolve().parent
+    h = hashlib.blake2b(digest_size=12)
+    folders = [pkg, pkg / "analysis"]
+    try:
+        from . import rules as rules_pkg
+
+        folders += [Path(p) for p in rules_pkg.__path__]
+    except ImportError:  # pragma: no cover - broken install
+        pass
+    for folder in folders:
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                h.update(name.encode())
+                h.update((folder / name).read_bytes())
+            except OSError:
+                continue
+    return h.hexdigest()
 
 
 def config_key(rule_codes: list[str], options: dict[str, Any], extra: Any = None) -> str:
     blob = json.dumps(
-        [FORMAT, __version__, sorted(rule_codes), options, extra], sort_keys=True, default=str
+        [FORMAT, __version__, code_fingerprint(), sorted(rule_codes), options, extra],
+        sort_keys=True,
+        default=str,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
@@ -33,110 +73,189 @@ def digest(data: bytes) -> str:
     return hashlib.blake2b(data, digest_size=16).hexdigest()
 
 
+@dataclass
+class ScanInfo:
+    has_marker: bool
+    skip: bool
+    rules: tuple[str, ...]
+
+    def to_json(self) -> list:
+        return [self.has_marker, self.skip, list(self.rules)]
+
+    @classmethod
+    def from_json(cls, raw: Any) -> ScanInfo | None:
+        if not (isinstance(raw, list) and len(raw) == 3 and isinstance(raw[2], list)):
+            return None
+        return cls(bool(raw[0]), bool(raw[1]), tuple(str(r) for r in raw[2]))
+
+
 class Cache:
     def __init__(self, directory: Path, key: str) -> None:
-        self.directory = directory
-        self.file = directory / f"{key}.json"
-        self.stat_memo: dict[str, list] = {}
-        self.entries: dict[str, dict[str, Any]] = {}
+        self.directory = Path(directory)
+        self.file = self.directory / f"{key}.json"
+        self.facts_file = self.directory / f"facts-{code_fingerprint()}.json"
+        self.stat: dict[str, list] = {}
+        self.files: dict[str, Any] = {}
+        self.results: dict[str, dict[str, Any]] = {}
+        self.words: dict[str, dict[str, bool]] = {}
+        self._facts: dict[str, dict] | None = None
+        self.facts_dirty = False
         self.dirty = False
         self._now = time.time()
 
+    # -- loading ------------------------------------------------------------------------------
     def load(self) -> None:
-        try:
-            with self.file.open("rb") as fh:
-                data = json.load(fh)
-            if isinstance(data, dict) and data.get("format") == FORMAT:
-                stat, entries = data["stat"], data["entries"]
-                if isinstance(stat, dict) and isinstance(entries, dict):
-                    # Entries of the wrong shape are dropped one by one, not trusted.
-                    self.entries = {d: e for d, e in entries.items() if isinstance(e, dict)}
-                    self.stat_memo = {
-                        p: m
-                        for p, m in stat.items()
-                        if isinstance(m, list) and len(m) == 3 and isinstance(m[2], str)
-                    }
-        except (OSError, ValueError, KeyError, TypeError, RecursionError):
-            # A missing or damaged cache is an empty one.
-            self.stat_memo, self.entries = {}, {}
+        data = _read_json(self.file)
+        if not (isinstance(data, dict) and data.get("format") == FORMAT):
+            return
+        stat, files, results, words = (data.get(k) for k in ("stat", "files", "results", "words"))
+        if not all(isinstance(x, dict) for x in (stat, files, results, words)):
+            return  # a damaged cache is an empty one
+        self.stat = {
+            p: m for p, m in stat.items() if isinstance(m, list) and len(m) == 3 and isinstance(m[2], str)
+        }
+        self.files = files
+        self.results = {d: r for d, r in results.items() if isinstance(r, dict)}
+        self.words = {d: w for d, w in words.items() if isinstance(w, dict)}
 
+    # -- stat memo -----------------------------------------------------------------------------
     def digest_for(self, path: str, st: os.stat_result) -> str | None:
-        memo = self.stat_memo.get(path)
+        memo = self.stat.get(path)
         if memo and memo[0] == st.st_size and memo[1] == st.st_mtime_ns:
-            if memo[2] in self.entries:
-                return memo[2]
+            return memo[2]
         return None
 
     def remember(self, path: str, st: os.stat_result, file_digest: str) -> None:
         if st.st_mtime < self._now - 2:
-            self.stat_memo[path] = [st.st_size, st.st_mtime_ns, file_digest]
+            self.stat[path] = [st.st_size, st.st_mtime_ns, file_digest]
         else:
-            self.stat_memo.pop(path, None)  # too recent to trust; and the old memo is stale
+            self.stat.pop(path, None)  # too recent to trust; and the old memo is stale
         self.dirty = True
 
-    def entry(self, file_digest: str) -> dict[str, Any]:
-        e = self.entries.get(file_digest)
-        if e is None:
-            e = self.entries[file_digest] = {}
-            self.dirty = True
-        return e
+    # -- scan ------------------------------------------------------------------------------------
+    def scan_info(self, file_digest: str) -> ScanInfo | None:
+        return ScanInfo.from_json(self.files.get(file_digest))
 
+    def put_scan_info(self, file_digest: str, info: ScanInfo) -> None:
+        self.files[file_digest] = info.to_json()
+        self.dirty = True
+
+    # -- results ---------------------------------------------------------------------------------
+    def outcome(self, file_digest: str, shown: str) -> Outcome | None:
+        raw = self.results.get(file_digest, {}).get(shown)
+        if raw is None:
+            return None
+        try:
+            return Outcome.from_json(raw)
+        except (KeyError, TypeError, ValueError, IndexError):
+            return None  # a damaged entry is a miss
+
+    def put_outcome(self, file_digest: str, shown: str, outcome: Outcome) -> None:
+        # keyed by path as well as content: findings carry their path, and two files with the
+        # same bytes (copies, empty __init__.py) must not share them
+        self.results.setdefault(file_digest, {})[shown] = outcome.to_json()
+        self.dirty = True
+
+    # -- words -----------------------------------------------------------------------------------
+    def holds_word(self, file_digest: str, word: str) -> bool | None:
+        got = self.words.get(file_digest, {}).get(word)
+        return got if isinstance(got, bool) else None
+
+    def put_word(self, file_digest: str, word: str, present: bool) -> None:
+        self.words.setdefault(file_digest, {})[word] = present
+        self.dirty = True
+
+    # -- facts -------------------------------------------------------------------------------------
+    def facts(self) -> dict[str, dict]:
+        if self._facts is None:
+            data = _read_json(self.facts_file)
+            self._facts = data if isinstance(data, dict) else {}
+        return self._facts
+
+    def put_facts(self, file_digest: str, chunks: dict) -> None:
+        self.facts()[file_digest] = chunks
+        self.facts_dirty = True
+
+    # -- saving ----------------------------------------------------------------------------------
     def save(self, live_digests: set[str] | None = None) -> str | None:
-        """Write atomically; returns an error message instead of raising."""
-        if not self.dirty:
+        """Write atomically, merged with what parallel runs wrote meanwhile; returns an error
+        message instead of raising."""
+        if not (self.dirty or self.facts_dirty):
             return None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             with _locked(self.directory / ".lock"):
-                # Runs in parallel (pre-commit batches) share the file: keep what the others
-                # wrote since we loaded it, ours winning where both know a file.
-                disk = Cache(self.directory, self.file.stem)
-                disk.load()
-                for file_digest, entry in disk.entries.items():
-                    mine = self.entries.setdefault(file_digest, entry)
-                    if mine is not entry:
-                        # the same content under other paths (results are kept per path)
-                        for key in ("r", "x"):
-                            theirs = entry.get(key)
-                            if isinstance(theirs, dict) and isinstance(mine.get(key), dict):
-                                mine[key] = {**theirs, **mine[key]}
-                            elif isinstance(theirs, dict) and key not in mine:
-                                mine[key] = theirs
-                for path, memo in disk.stat_memo.items():
-                    self.stat_memo.setdefault(path, memo)
-                return self._write(live_digests)
-        except OSError as exc:
-            return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
-
-    def _write(self, live_digests: set[str] | None) -> str | None:
-        if live_digests is not None:
-            # Keep the cache the size of the tree, not of its history: what this run used, and
-            # what the memos of files outside this run point to, so that a run over a few files
-            # (pre-commit passes only the changed ones) does not empty the whole tree's cache.
-            # Memos of deleted files go; only those outside this run cost a stat.
-            memo = {
-                p: m for p, m in self.stat_memo.items() if m[2] in live_digests or os.path.exists(p)
-            }
-            keep = set(live_digests) | {m[2] for m in memo.values()}
-            self.entries = {d: e for d, e in self.entries.items() if d in keep}
-            self.stat_memo = {p: m for p, m in memo.items() if m[2] in self.entries}
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            gitignore = self.directory / ".gitignore"
-            if not gitignore.exists():
-                gitignore.write_text("# created by invariant-check\n*\n")
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            # json.dumps, not json.dump: only the former uses the C encoder.
-            text = json.dumps(
-                {"format": FORMAT, "stat": self.stat_memo, "entries": self.entries},
-                separators=(",", ":"),
-            )
-            with os.fdopen(fd, "w") as fh:
-                fh.write(text)
-            os.replace(tmp, self.file)
+                if self.dirty:
+                    disk = Cache(self.directory, self.file.stem)
+                    disk.load()
+                    for name in ("files", "words"):
+                        mine = getattr(self, name)
+                        for d, entry in getattr(disk, name).items():
+                            mine.setdefault(d, entry)
+                    for d, per_path in disk.results.items():
+                        merged = dict(per_path)
+                        merged.update(self.results.get(d, {}))
+                        self.results[d] = merged
+                    for path, memo in disk.stat.items():
+                        self.stat.setdefault(path, memo)
+                    self._prune(live_digests)
+                    _write_json(self.directory, self.file, {
+                        "format": FORMAT, "stat": self.stat, "files": self.files,
+                        "results": self.results, "words": self.words,
+                    })
+                if self.facts_dirty and self._facts is not None:
+                    disk_facts = _read_json(self.facts_file)
+                    if isinstance(disk_facts, dict):
+                        for d, chunks in disk_facts.items():
+                            if isinstance(chunks, dict):
+                                merged = dict(chunks)
+                                merged.update(self._facts.get(d, {}))
+                                self._facts[d] = merged
+                    if live_digests is not None:
+                        keep = set(live_digests) | {m[2] for m in self.stat.values()}
+                        self._facts = {d: c for d, c in self._facts.items() if d in keep}
+                    _write_json(self.directory, self.facts_file, self._facts)
         except OSError as exc:
             return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
         return None
+
+    def _prune(self, live_digests: set[str] | None) -> None:
+        """Keep the cache the size of the tree, not of its history: what this run used, and
+        what the memos of files outside this run point to (a pre-commit run over a few files
+        must not empty the whole tree's cache). Memos of deleted files go."""
+        if live_digests is None:
+            return
+        memo = {p: m for p, m in self.stat.items() if m[2] in live_digests or os.path.exists(p)}
+        keep = set(live_digests) | {m[2] for m in memo.values()}
+        self.stat = {p: m for p, m in memo.items()}
+        self.files = {d: e for d, e in self.files.items() if d in keep}
+        self.results = {d: e for d, e in self.results.items() if d in keep}
+        self.words = {d: e for d, e in self.words.items() if d in keep}
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read())
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _write_json(directory: Path, target: Path, payload: Any) -> None:
+    gitignore = directory / ".gitignore"
+    if not gitignore.exists():
+        gitignore.write_text("# created by invariant-check\n*\n")
+    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+    try:
+        # json.dumps, not json.dump: only the former uses the C encoder
+        text = json.dumps(payload, separators=(",", ":"))
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 @contextlib.contextmanager

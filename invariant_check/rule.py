@@ -1,103 +1,70 @@
 """The base class every rule in `invariant_check.rules` derives from.
 
-A rule is a libcst `BatchableCSTVisitor`: the engine parses a file once and runs every enabled
-rule in one batched traversal. Rules call `report()`; positions are computed by the engine
-afterwards, and only for files where something was reported (position metadata costs about as
-much as parsing).
+A rule is a query over the project model (`invariant_check.analysis`). It declares:
 
-Cross-file rules work in two passes. While visiting, a rule writes JSON-serialisable facts
-into `self.facts` and attaches `data` to its reports. After every file is visited, the engine
-calls `finalize()` once per rule with all candidates and all files' facts, in the main process
-and without re-parsing anything. `expand_triggers()` lets a rule ask for more files to be
-parsed when the facts name functions defined elsewhere (the engine iterates to a fixed point).
+- `SCOPE`: what it is asked about: each `"function"` (methods, nested functions, and a
+  module's top-level code as `<module>`) or each `"class"` of the linted files;
+- `needs(options)`: what the text of such a definition must contain for the rule to report
+  there (see `analysis.needs`); the engine's prefilter is derived from it, and the rule's
+  query uses the same `Names`/`Words` objects to match names, so they cannot disagree;
+- `check_function(view)` / `check_class(view)`: yields `Report`s. The view gives the parsed
+  definition and the project: its classes, names resolved through imports, summaries of the
+  functions it calls, control and value facts.
+
+Everything else (parsing only what is needed, positions of reported nodes, caching,
+suppressions, output) is the engine's. A rule that raises is reported as an error of that
+rule in that file; the other rules still report.
 """
 
 from __future__ import annotations
 
+import ast
 import re
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-import libcst as cst
+from .types import Invalid, Option, Valid
 
-from .types import Candidate, Invalid, Option, Valid
+if TYPE_CHECKING:
+    from .analysis.needs import Need
+    from .analysis.views import ClassView, FunctionView
 
 
 @dataclass
 class Report:
-    node: cst.CSTNode
+    node: ast.AST  # where the finding is: its position is the finding's
     message: str
-    hint: str | None
-    data: Any
+    hint: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class RuleContext:
-    path: str
-    options: dict[str, Any]
-
-
-class Rule(cst.BatchableCSTVisitor):
+class Rule:
     CODE: ClassVar[str] = ""
     NAME: ClassVar[str] = ""
     SUMMARY: ClassVar[str] = ""
     HINT: ClassVar[str] = ""
-    # A file that contains none of these substrings cannot hold a finding of this rule and is
-    # never parsed for it. Keep them conservative: tests prove prefiltering changes nothing.
-    TRIGGERS: ClassVar[tuple[str, ...]] = ()
+    SCOPE: ClassVar[str] = "function"  # or "class"
     OPTIONS: ClassVar[dict[str, Option]] = {}
     VALID: ClassVar[list[Valid]] = []
     INVALID: ClassVar[list[Invalid]] = []
+    # IC900/IC901: reported while suppressions are applied, never run on definitions
+    EMITTED_BY_ENGINE: ClassVar[bool] = False
 
-    def __init__(self, context: RuleContext) -> None:
-        super().__init__()
-        self.context = context
-        self.options = context.options
-        self.reports: list[Report] = []
-        self.facts: Any = None
-
-    # -- per-file pass -------------------------------------------------------------------
-    def report(
-        self, node: cst.CSTNode, message: str, *, hint: str | None = None, data: Any = None
-    ) -> None:
-        self.reports.append(Report(node, message, hint, data))
-
-    # -- prefilter -----------------------------------------------------------------------
-    @classmethod
-    def triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        return cls.TRIGGERS
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = options
 
     @classmethod
-    def may_apply(cls, source: bytes, options: dict[str, Any]) -> bool:
-        """A cheaper-than-parsing second look at a file that passed `triggers` (bytes, with
-        every line ending turned into `\\n`)."""
-        return True
+    def needs(cls, options: dict[str, Any]) -> "Need":
+        """What a definition's text must contain for this rule to report there."""
+        from .analysis.needs import Everything
 
-    @classmethod
-    def fact_triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        """Substrings of files that must be parsed for this rule's facts, not for findings."""
-        return ()
+        return Everything()
 
-    @classmethod
-    def may_collect(cls, source: bytes, options: dict[str, Any]) -> bool:
-        """A second look at a file that holds a fact trigger, like `may_apply`."""
-        return True
+    def check_function(self, view: "FunctionView") -> Iterator[Report]:
+        return iter(())
 
-    # -- cross-file pass -----------------------------------------------------------------
-    @classmethod
-    def expand_triggers(cls, facts: dict[str, Any], options: dict[str, Any]) -> set[str]:
-        """Names whose files must also be parsed, given the facts known so far."""
-        return set()
-
-    @classmethod
-    def finalize(
-        cls,
-        candidates: list[tuple[str, Candidate]],
-        facts: dict[str, Any],
-        options: dict[str, Any],
-    ) -> list[tuple[str, Candidate]]:
-        """Keep, drop or reword candidates now that `facts` (path -> facts) are complete."""
-        return candidates
+    def check_class(self, view: "ClassView") -> Iterator[Report]:
+        return iter(())
 
     # -- helpers ---------------------------------------------------------------------------
     @classmethod

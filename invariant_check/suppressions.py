@@ -32,15 +32,23 @@ NOQA_RE = re.compile(
 )
 _OUR_CODE = re.compile(r"(?i:IC)[0-9]+")
 _NOQA_BYTES = re.compile(rb"(?i:noqa)[ \t]*:[^\n\r]*?(?i:IC)[0-9]")
+_NOQA_TAIL = re.compile(rb"[ \t]*:[^\n\r]*?ic[0-9]")
 
 
-def has_marker(data: bytes) -> bool:
+def has_marker(data: bytes, lower: bytes | None = None) -> bool:
     """Whether the bytes may hold a suppression comment (cheap; no tokenizing)."""
     if MARKER in data:
         return True
     if b"noqa" not in data and b"NOQA" not in data and b"Noqa" not in data:
         return False
-    return _NOQA_BYTES.search(data) is not None
+    lower = data.lower() if lower is None else lower
+    # each `noqa`, then the rest of its line: does it name one of our codes?
+    pos = lower.find(b"noqa")
+    while pos >= 0:
+        if _NOQA_TAIL.match(lower, pos + 4):
+            return True
+        pos = lower.find(b"noqa", pos + 4)
+    return False
 
 
 @dataclass

@@ -20,9 +20,15 @@ class Finding:
     name: str
     message: str
     hint: str = ""
+    # machine-readable details (JSON); e.g. `resolved_by: "short-name"` where a name was
+    # matched by its spelling because nothing else resolved it
+    data: Any = field(default=None, compare=False, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        if out.get("data") is None:
+            out.pop("data", None)
+        return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
@@ -64,32 +70,6 @@ class Candidate:
     @classmethod
     def from_json(cls, raw: list) -> Candidate:
         return cls(Finding.from_dict(raw[0]), raw[1], raw[2])
-
-
-@dataclass
-class FileResult:
-    """Everything the per-file pass learnt about one file; cached by content hash."""
-
-    candidates: list[Candidate] = field(default_factory=list)
-    # rule code -> JSON-serialisable facts for that rule's cross-file finalize
-    facts: dict[str, Any] = field(default_factory=dict)
-    error: FileError | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "candidates": [c.to_json() for c in self.candidates],
-            "facts": self.facts,
-            "error": self.error.to_dict() if self.error else None,
-        }
-
-    @classmethod
-    def from_json(cls, raw: dict[str, Any]) -> FileResult:
-        err = raw.get("error")
-        return cls(
-            candidates=[Candidate.from_json(c) for c in raw["candidates"]],
-            facts=raw["facts"],
-            error=FileError(**err) if err else None,
-        )
 
 
 @dataclass(frozen=True)

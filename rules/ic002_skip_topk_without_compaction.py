@@ -1,179 +1,31 @@
 from __future__ import annotations
 
-import builtins
-import re
-from collections.abc import Iterable
+import ast
 from dataclasses import dataclass, field
-from functools import lru_cache
-from typing import Any
+from typing import Any, Iterator
 
-import libcst as cst
-
-from invariant_check.rule import Rule
+from invariant_check.analysis.facts import last_name, literal_kind, ref
+from invariant_check.analysis.flow import Flow
+from invariant_check.analysis.needs import Names, Words
+from invariant_check.analysis.project import ClassInfo, FunctionInfo
+from invariant_check.analysis.views import FunctionView
+from invariant_check.rule import Report, Rule
 from invariant_check.types import Invalid, Option, Valid
 
-from ._names import code_of, dotted, last_name
-
-# Names that never belong to a compaction helper of the linted tree: builtins, tensor, torch and
-# container methods. Leaving them out keeps the facts small and stops the cross-file pass from
-# parsing every file that happens to define a `view` or a `get`.
-_STOP = frozenset(dir(builtins)) | frozenset(
-    """
-    view reshape contiguous clone to cpu cuda item tolist copy_ fill_ zero_ numel size dim
-    unsqueeze squeeze flatten permute transpose expand expand_as repeat index_select gather
-    scatter_ masked_fill_ argmax argmin mean type_as new_empty new_zeros new_full new_ones
-    detach narrow split chunk cumsum sort topk nonzero eq ne lt gt le ge add add_ sub mul div
-    index_copy_ index_fill_ numpy long half bool empty zeros ones full arange cat stack
-    from_numpy tensor as_tensor empty_like zeros_like ones_like full_like append extend pop
-    get items keys values update setdefault insert remove clear copy format join strip
-    startswith endswith replace lower upper encode decode debug info warning error exception
-    warning_once info_once debug_once where perf_counter synchronize
-    """.split()
-)
+from ._hints import compaction_call_hint
 
 _INDEX_NAMES = ("token_indices_to_sample", "last_token_indices")
-_PLACEHOLDER = "<token indices sampled in step 0>"
-
-
-@lru_cache(maxsize=16)
-def _call_regex(name: str, first_arg: bytes) -> re.Pattern[bytes]:
-    """A call of `name` (not its `def`), optionally with a given first argument."""
-    return re.compile(rb"(?<!def )\b" + re.escape(name.encode()) + rb"\s*\(" + first_arg)
-
-
-def _is_true(arg: cst.Arg) -> bool:
-    return isinstance(arg.value, cst.Name) and arg.value.value == "True"
-
-
-@dataclass
-class _Frame:
-    """A function (or the module) whose calls are being collected."""
-
-    node: cst.CSTNode
-    name: str | None
-    cls: _ClassFrame | None  # set for methods defined directly in a class body
-    calls: set[str] = field(default_factory=set)
-    switches: list[cst.Call] = field(default_factory=list)
-
-
-@dataclass
-class _ClassFrame:
-    methods: list[_Frame] = field(default_factory=list)
-
-
-@dataclass
-class _Pending:
-    """A switch-on call with no direct compaction on every path around it."""
-
-    node: cst.Call
-    frame: _Frame
-    before: list[set[str]]  # every path from the last forward to the switch
-    after: list[set[str]]  # every path from the switch to the next forward
-    message: str
-    hint: str
-
-
-class _Sequence(cst.CSTVisitor):
-    """The calls of one function body in evaluation order, with the loops around each.
-
-    Nested functions, classes and lambdas are skipped: their bodies do not run in this order.
-    """
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[cst.Call, tuple[int, ...]]] = []
-        self.loops: list[int] = []
-        self.ranges: dict[int, list[int]] = {}
-        self.aliases: dict[str, set[str]] = {}
-        self.names: set[str] = set()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return False
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return False
-
-    def visit_Lambda(self, node: cst.Lambda) -> bool:
-        return False
-
-    def leave_Call(self, original_node: cst.Call) -> None:
-        # After its arguments: `self.model(**self.inputs_for(step))` runs `inputs_for` first.
-        self.calls.append((original_node, tuple(self.loops)))
-
-    def _loop(self, body: Iterable[cst.CSTNode | None]) -> None:
-        key = len(self.ranges)
-        self.ranges[key] = [len(self.calls), len(self.calls)]
-        self.loops.append(key)
-        for part in body:
-            if part is not None:
-                part.visit(self)
-        self.loops.pop()
-        self.ranges[key][1] = len(self.calls)
-
-    def visit_For(self, node: cst.For) -> bool:
-        # The iterable is evaluated once, before the first iteration.
-        node.iter.visit(self)
-        self._loop((node.target, node.body))
-        if node.orelse is not None:
-            node.orelse.visit(self)
-        return False
-
-    def visit_While(self, node: cst.While) -> bool:
-        self._loop((node.test, node.body))
-        if node.orelse is not None:
-            node.orelse.visit(self)
-        return False
-
-    def _alias(self, target: cst.BaseExpression, value: cst.BaseExpression | None) -> None:
-        name = dotted(value) if value is not None else None
-        if isinstance(target, cst.Name) and name is not None:
-            self.aliases.setdefault(target.value, set()).add(name)
-
-    def visit_Assign(self, node: cst.Assign) -> None:
-        if len(node.targets) == 1:
-            self._alias(node.targets[0].target, node.value)
-
-    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
-        self._alias(node.target, node.value)
-
-    # Names of the step-0 token indices, for the hint; attribute and keyword names are not
-    # variables of this function.
-    def visit_Name(self, node: cst.Name) -> None:
-        if "token_indices" in node.value:
-            self.names.add(node.value)
-
-    def visit_Attribute(self, node: cst.Attribute) -> bool:
-        if "token_indices" in node.attr.value and isinstance(node.value, cst.Name):
-            self.names.add(f"{node.value.value}.{node.attr.value}")
-        node.value.visit(self)
-        return False
-
-    def visit_Arg(self, node: cst.Arg) -> bool:
-        node.value.visit(self)
-        return False
-
-    def canonical(self, name: str) -> str:
-        """`self.model.model` for `draft_model` after `draft_model = self.model.model`."""
-        for _ in range(8):
-            head, dot, rest = name.partition(".")
-            targets = self.aliases.get(head)
-            if not targets or len(targets) != 1:
-                break
-            (target,) = targets
-            new = target + dot + rest
-            if new == name:
-                break
-            name = new
-        return name
+_PLACEHOLDER = "token_indices_to_sample"
+CALLER_DEPTH = 2  # how many callers up a window may extend (hook -> propose -> caller)
 
 
 class SkipTopkWithoutCompaction(Rule):
     """
     ## What it does
     Flags a call that switches the draft model into top-k reuse mode
-    (`<model>.set_skip_topk(True)`) when nothing compacts the shared top-k buffer between the
-    forward before the switch (draft step 0) and the forward after it (the first step that
-    reuses the buffer). A compaction is a call to `compact_topk_indices(...)`, or to a function
-    of the linted tree that performs one, directly or through other functions in any module.
+    (`<model>.set_skip_topk(True)`, also `set_skip_topk(skip=True)`) when a compaction of the
+    shared top-k buffer does not run on every path between the forward before the switch
+    (draft step 0) and the forward after it (the first step that reuses the buffer).
 
     ## Why is this bad?
     With MTP index sharing, draft step 0 writes the shared `topk_indices_buffer` one row per
@@ -199,55 +51,54 @@ class SkipTopkWithoutCompaction(Rule):
     for _ in range(num_steps - 1):
         hidden = self.model(**step_inputs)
     ```
-    The model's `compact_topk_indices` can delegate to this project's reference kernel,
-    `invariant_check.compaction.compact_topk_indices_(module, slot_ids)`.
+    where the model's `compact_topk_indices` gathers `buf[:n] = buf[slot_ids]`
+    (`n = slot_ids.numel()`) once per distinct shared buffer (see IC003).
 
     ## Which orderings it proves
-    Within the function that holds the switch, the rule reads the calls in source order. A
-    *forward* is a call of the switch's receiver or of an object it hangs off
-    (`self.model.model(...)`, `self.model(...)`, also through a local alias such as
-    `draft_model = self.model.model`), or a call whose last name is in `forward-calls`. The
-    switch is fine when a compaction sits on every path from the last forward before it (or
-    the start of the function) to the switch, or on every path from the switch to the next
-    forward (or the end of the function). Paths are source order, with one refinement for
-    the innermost loop that holds the switch and a forward: when no forward precedes the
-    switch in the loop body, a later iteration reaches the switch from the end of the
-    previous iteration's body (and, when no forward runs before the loop, only that path
-    counts); when no forward follows it, the next iteration's first forward is reached
-    through the top of the body. Conditions are not evaluated: a compaction under
-    `if hasattr(model, "compact_topk_indices"):` counts as run.
+    The rule walks every path of the function's control flow (branches, loops, `try`,
+    `return`, short-circuit operators) backwards from the switch to the previous forward and
+    forwards to the next one. The switch is fine when a compaction lies on every path into it,
+    or on every path out of it. A *forward* is a call of the switch's receiver or an object it
+    hangs off (`self.model(...)` for `self.model.model`, also through a local alias), a call
+    whose last name is in `forward-calls`, or a call of a project function that runs one. A
+    *compaction* is the `compaction-method` called on the same model (or an owner of it), or
+    a call of a project function that compacts (any module, through imports, `self`, the class
+    of `self.x`, `functools.partial` bindings, up to `helper-depth` calls deep).
 
-    A compaction is the `compaction-method` call on any receiver, or a call of a function of
-    the linted tree that makes one, directly or through other functions, up to
-    `helper-depth` calls deep, resolved by function name across files. Followed calls are
-    `helper(...)`, `self.helper(...)`, `super().helper(...)`, `module.helper(...)` and
-    methods of the switched model (`self.model.model.helper(...)`); methods of other objects
-    are not followed.
+    Conditions count: a branch that contradicts the switch's own conditions is not taken (a
+    switch under `if self.share:` pairs with a compaction under the same `if self.share:`),
+    but a compaction under a narrower condition than the switch's does not cover the paths
+    where that condition is false. `hasattr(model, "compact_topk_indices")` tests are taken
+    as true: a model without the method is IC003's finding.
+
+    Inside a loop that runs the forward, a path that reaches the start of the function without
+    any forward does not count (the switch then precedes step 0 in that iteration), and the
+    previous iteration's forward is reached over the back edge.
+
+    When a path reaches the start (or the end) of the function holding the switch, the window
+    goes on in its callers: the methods of the class and of its base classes that call it
+    (`self.on_multi_step_decode_begin(...)` in the base class's `propose()`, resolved for the
+    subclass, so `self.on_prefill_end(...)` there is the subclass's compacting hook).
 
     ## What it leaves to the runtime guard
-    - A switch in a method of a class whose *sibling* method compacts (directly or through
-      helpers), where the sibling is not called by the switching method itself: vLLM's
-      `on_prefill_end` compacts and `on_multi_step_decode_begin` switches, and the order in
-      which a framework calls such hooks is not visible statically. The rule stays silent;
-      the `topk-layout` runtime guard checks the buffer layout when a reusing step runs.
-      (A compacting method that the switching method calls is a helper: its place among the
-      forwards is known, and it is judged like any other call.)
-    - A switch whose argument is not the literal `True` (`set_skip_topk(flag)`), and the body
-      of `def set_skip_topk` itself, which only delegates.
-    - Forwards hidden in helpers not named in `forward-calls` (the window then extends past
-      them), and a compaction made by a caller outside the class before it calls the
-      function holding the switch (this one is reported: compact next to the switch, or
-      suppress the line).
-    - Tests that switch reuse on over a batch of one token per request: the buffer is then
-      already compact, and the finding is noise there (use `per-file-ignores` for tests).
+    - A switch in a hook method that nothing in the project calls (the framework does) while
+      another method of the class compacts: the order of such hooks is not in the source. The
+      compacting method must be *reachable*: called somewhere in the project, overriding a
+      base method (or a base the project cannot see), or named by `entry-points`. The
+      `topk-layout` runtime guard checks the buffer layout when a reusing step runs.
+    - A switch whose argument is not the literal `True` (`set_skip_topk(flag)`), and the body of
+      `def set_skip_topk` itself, which only delegates.
+    - A compaction in a helper counts if the helper compacts on some path: its own conditions
+      (`if idx is not None:`) are taken as the helper's business.
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
     - `compaction-method` (default `compact_topk_indices`): the call that compacts the buffer.
     - `forward-calls` (default `model`, `forward`, `draft_model`, `run_model`, `_run_model`):
       last names of calls that run a draft step, besides calls of the switch's receiver.
-    - `helper-depth` (default 4): how many helper calls deep a compaction is looked for.
-      Each level costs one more cross-file round when a switch is not resolved locally.
+    - `helper-depth` (default 4): how many calls deep compactions and forwards are looked for.
+    - `entry-points` (globs, default `propose`, `forward`, `load_model`, `dummy_run`,
+      `capture`, `on_*`): method names a framework calls by name, which count as reachable.
     """
 
     CODE = "IC002"
@@ -256,11 +107,7 @@ class SkipTopkWithoutCompaction(Rule):
         "Top-k reuse is switched on but the shared buffer is not compacted before the next "
         "draft step reads it."
     )
-    HINT = (
-        "Call `<model>.compact_topk_indices(<token indices sampled in step 0>)` between the "
-        "step-0 forward and the next one (reference kernel: "
-        "invariant_check.compaction.compact_topk_indices_)."
-    )
+    HINT = compaction_call_hint("<model>", "compact_topk_indices", _PLACEHOLDER)
     OPTIONS = {
         "switch-method": Option("set_skip_topk", "method that switches index reuse on", str),
         "compaction-method": Option("compact_topk_indices", "call that compacts the buffer", str),
@@ -268,7 +115,11 @@ class SkipTopkWithoutCompaction(Rule):
             ["model", "forward", "draft_model", "run_model", "_run_model"],
             "last names of calls that run a draft step (a forward of the draft model)",
         ),
-        "helper-depth": Option(4, "how many helper calls deep a compaction is looked for", int),
+        "helper-depth": Option(4, "how many helper calls deep compactions and forwards are looked for", int),
+        "entry-points": Option(
+            ["propose", "forward", "load_model", "dummy_run", "capture", "on_*"],
+            "globs for method names a framework calls by name (reachable without a caller)",
+        ),
     }
 
     VALID = [
@@ -304,6 +155,18 @@ def propose(self, idx):
         self.model.model.compact_topk_indices(idx)
     for _ in range(self.num_steps - 1):
         hidden = self.model(**self.inputs)
+"""
+        ),
+        # The same condition tested twice: the compaction runs whenever the switch did.
+        Valid(
+            """
+def propose(self, idx):
+    hidden = self.model(**self.inputs)
+    if self.share:
+        self.model.model.set_skip_topk(True)
+    if self.share:
+        self.model.model.compact_topk_indices(idx)
+    hidden = self.model(**self.inputs)
 """
         ),
         # Through a helper defined in another module.
@@ -383,6 +246,41 @@ def compact_for_reuse(model, rows):
 """
             },
         ),
+        # The base class's propose() calls the hooks in order: compaction, then the switch.
+        Valid(
+            """
+from .base import DraftSpeculator
+
+class MTPSpeculator(DraftSpeculator):
+    def on_prefill_end(self, num_reqs):
+        if self.share:
+            self.model.model.compact_topk_indices(self.last_token_indices[:num_reqs])
+
+    def on_decode_begin(self, num_reqs):
+        if self.share:
+            self.model.model.set_skip_topk(True)
+""",
+            files={
+                "base.py": """
+class DraftSpeculator:
+    def on_prefill_end(self, num_reqs): ...
+
+    def on_decode_begin(self, num_reqs): ...
+
+    def propose(self, num_reqs):
+        self._prefill(num_reqs)
+        self.on_prefill_end(num_reqs)
+        if self.num_steps <= 1:
+            return
+        self.on_decode_begin(num_reqs)
+        for _ in range(self.num_steps - 1):
+            self.run_model(num_reqs)
+
+    def _prefill(self, num_reqs):
+        self.run_model(num_reqs)
+"""
+            },
+        ),
         # Local alias of the receiver; the forward is the alias's owner.
         Valid(
             """
@@ -441,6 +339,29 @@ class Predictor:
         for layer in self.layers:
             layer.set_skip_topk(True)
 """
+        ),
+        # A compacting method bound through functools.partial in __init__.
+        Valid(
+            """
+import functools
+from .topk import compact_rows
+
+class Proposer:
+    def __init__(self):
+        self.compact = functools.partial(compact_rows, self)
+
+    def propose(self, idx):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        self.compact(idx)
+        hidden = self.model(**self.inputs)
+""",
+            files={
+                "topk.py": """
+def compact_rows(proposer, idx):
+    proposer.model.model.compact_topk_indices(idx)
+"""
+            },
         ),
     ]
     INVALID = [
@@ -573,432 +494,424 @@ def draft(self, idx):
                 "forward-calls": ["step"],
             },
         ),
+        # The switch as a keyword argument, on a deeper receiver.
+        Invalid(
+            """
+def propose(self, idx):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(skip=True)
+    hidden = self.model(**self.inputs)
+""",
+            line=3,
+        ),
+        # A compaction under a narrower condition than the switch: not every path compacts.
+        Invalid(
+            """
+def propose(self, idx):
+    hidden = self.model(**self.inputs)
+    if self.share:
+        self.model.model.set_skip_topk(True)
+        if self.num_steps > 2:
+            self.model.model.compact_topk_indices(idx)
+    hidden = self.model(**self.inputs)
+""",
+            line=4,
+            message_contains="not on every path",
+        ),
+        # The forward hidden in a helper: the compaction after it comes too late.
+        Invalid(
+            """
+class Drafter:
+    def propose(self, idx):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        self._step(idx)
+        self.model.model.compact_topk_indices(idx)
+
+    def _step(self, idx):
+        return self.run_model(self.inputs)
+""",
+            line=4,
+        ),
+        # A compacting method nothing calls, overriding nothing: it does not compact anything.
+        Invalid(
+            """
+class Drafter:
+    def _unused_compact(self, idx):
+        self.model.model.compact_topk_indices(idx)
+
+    def after_prefill(self):
+        self.model.model.set_skip_topk(True)
+""",
+            line=6,
+        ),
+        # The base class's propose() switches before the subclass's hook compacts.
+        Invalid(
+            """
+from .base import DraftSpeculator
+
+class MTPSpeculator(DraftSpeculator):
+    def on_decode_end(self, num_reqs):
+        self.model.model.compact_topk_indices(self.last_token_indices[:num_reqs])
+
+    def on_decode_begin(self, num_reqs):
+        self.model.model.set_skip_topk(True)
+""",
+            line=8,
+            files={
+                "base.py": """
+class DraftSpeculator:
+    def propose(self, num_reqs):
+        self.run_model(num_reqs)
+        self.on_decode_begin(num_reqs)
+        for _ in range(self.num_steps - 1):
+            self.run_model(num_reqs)
+        self.on_decode_end(num_reqs)
+
+    def on_decode_begin(self, num_reqs): ...
+
+    def on_decode_end(self, num_reqs): ...
+"""
+            },
+        ),
     ]
 
     @classmethod
-    def triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        return (options["switch-method"],)
+    def needs(cls, options: dict[str, Any]) -> Words:
+        return Words(options["switch-method"])
 
-    @classmethod
-    def may_apply(cls, source: bytes, options: dict[str, Any]) -> bool:
-        # Only a call with the literal `True` is a switch (see _is_true).
-        return _call_regex(options["switch-method"], rb"\s*True\b").search(source) is not None
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self.switch = options["switch-method"]
+        self.compaction = options["compaction-method"]
+        self.forward_names = frozenset(options["forward-calls"])
+        self.depth = options["helper-depth"]
+        self.entry_points = Names(options["entry-points"], case_sensitive=True)
 
-    @classmethod
-    def may_collect(cls, source: bytes, options: dict[str, Any]) -> bool:
-        # Facts seed the direct compactors: files that call the method, not only define it.
-        return _call_regex(options["compaction-method"], b"").search(source) is not None
-
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        self._switch = self.options["switch-method"]
-        self._compaction = self.options["compaction-method"]
-        self._forward_names = frozenset(self.options["forward-calls"])
-        self._stack: list[_Frame | _ClassFrame] = []
-        self._funcs: list[_Frame] = []
-        self._defs: dict[str, set[str]] = {}
-        self._pending: list[_Pending] = []
-        self._imported: set[str] = set()
-
-    # -- collection ------------------------------------------------------------------------
-    def visit_Module(self, node: cst.Module) -> None:
-        frame = _Frame(node, None, None)
-        self._stack.append(frame)
-        self._funcs.append(frame)
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        self._stack.append(_ClassFrame())
-
-    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
-        self._stack.pop()
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        outer = self._stack[-1]
-        frame = _Frame(node, node.name.value, outer if isinstance(outer, _ClassFrame) else None)
-        if frame.cls is not None:
-            frame.cls.methods.append(frame)
-        self._stack.append(frame)
-        self._funcs.append(frame)
-
-    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-        self._stack.pop()
-        frame = self._funcs.pop()
-        self._defs.setdefault(frame.name, set()).update(frame.calls)
-        if frame.switches:
-            self._check(frame)
-
-    def visit_Import(self, node: cst.Import) -> None:
-        for alias in node.names:
-            bound = alias.asname.name if alias.asname is not None else alias.name
-            head = dotted(bound)
-            if head is not None:
-                self._imported.add(head.split(".", 1)[0])
-
-    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
-        if isinstance(node.names, cst.ImportStar):
-            return
-        for alias in node.names:
-            bound = alias.asname.name if alias.asname is not None else alias.name
-            if isinstance(bound, cst.Name):
-                self._imported.add(bound.value)
-
-    def visit_Call(self, node: cst.Call) -> None:
-        name = last_name(node.func)
-        if name is None:
-            return
-        frame = self._funcs[-1]
-        if name == self._compaction or _followable(node.func, self._imported):
-            frame.calls.add(name)
-        if (
-            name == self._switch
-            and node.args
-            and _is_true(node.args[0])
-            and frame.name != self._switch
-        ):
-            frame.switches.append(node)
-
-    def leave_Module(self, original_node: cst.Module) -> None:
-        frame = self._funcs.pop()
-        if frame.switches:
-            self._check(frame)
-        facts = {
-            name: sorted(_useful(calls, self.options))
-            for name, calls in self._defs.items()
-            if name is not None
-        }
-        facts = {name: calls for name, calls in facts.items() if calls}
-        need: set[str] = set()
-        depth = self.options["helper-depth"]
-        local = {name: set(calls) for name, calls in facts.items()}
-        for p in self._pending:
-            siblings = [_useful(method.calls, self.options) for method in _siblings(p.frame)]
-            before = [sorted(_useful(path, self.options)) for path in p.before]
-            after = [sorted(_useful(path, self.options)) for path in p.after]
-            hooks = [sorted(calls) for calls in siblings if calls]
-            if _satisfied(before, after, hooks, local, self._compaction, depth):
+    def check_function(self, view: FunctionView) -> Iterator[Report]:
+        if view.name == self.switch:
+            return  # the switch's own body only delegates
+        flow = None
+        for call in _calls(view.node):
+            if last_name(call.func) != self.switch or not _switches_on(call):
                 continue
-            for path in before + after + hooks:
-                need.update(path)
-            data = {"before": before, "after": after, "siblings": hooks}
-            self.report(p.node, p.message, hint=p.hint, data=data)
-        if facts or need:
-            self.facts = {"defs": facts, "need": sorted(need)}
-
-    # -- the window of one switch ------------------------------------------------------------
-    def _check(self, frame: _Frame) -> None:
-        seq = _Sequence()
-        body = frame.node.body if isinstance(frame.node, cst.FunctionDef) else frame.node
-        body.visit(seq)
-        calls = [call for call, _ in seq.calls]
-        index = {id(call): i for i, call in enumerate(calls)}
-        names = [last_name(call.func) for call in calls]
-        callees = [dotted(call.func) for call in calls]
-        canonical = [seq.canonical(c) if c else None for c in callees]
-        for switch in frame.switches:
-            s = index.get(id(switch))
-            if s is None:
-                continue  # inside a lambda or a nested scope the sequencer skipped
-            receiver = switch.func.value if isinstance(switch.func, cst.Attribute) else None
-            owners = _owners(receiver, seq)
-            forward = [
-                i != s
-                and names[i] not in (self._switch, self._compaction)
-                and (
-                    names[i] in self._forward_names
-                    or callees[i] in owners
-                    or canonical[i] in owners
-                )
-                for i in range(len(calls))
-            ]
-            before, after, next_forward = _paths(s, seq.calls, seq.ranges, forward)
-            if _all_compact(before, names, self._compaction) or _all_compact(
-                after, names, self._compaction
-            ):
+            flow = flow or view.flow
+            idx = flow.by_call.get(id(call))
+            if idx is None:
+                continue  # in a lambda or nested scope
+            window = _Window(self, view, flow, call)
+            verdict = window.judge(idx)
+            if verdict.ok:
                 continue
-            exact = {dotted(receiver), seq.canonical(dotted(receiver) or "")} - {None, ""}
+            yield Report(call, window.message(verdict), window.hint(), verdict.data())
 
-            def followed(path: set[int], exact: set[str] = exact) -> set[str]:
-                return {
-                    names[i]
-                    for i in path
-                    if names[i] is not None
-                    and names[i] != self._switch
-                    and (
-                        _followable(calls[i].func, self._imported)
-                        or (
-                            isinstance(calls[i].func, cst.Attribute)
-                            and seq.canonical(dotted(calls[i].func.value) or "") in exact
-                        )
-                    )
-                }
 
-            self._pending.append(
-                _Pending(
-                    switch,
-                    frame,
-                    [followed(p) for p in before],
-                    [followed(p) for p in after],
-                    self._message(
-                        receiver, calls[next_forward] if next_forward is not None else None
-                    ),
-                    self._hint(receiver, seq.names),
-                )
-            )
 
-    def _message(self, receiver: cst.CSTNode | None, forward: cst.Call | None) -> str:
-        prefix = f"{code_of(receiver)}." if receiver is not None else ""
-        where = (
-            f"the next forward `{code_of(forward.func)}(...)`"
-            if forward is not None
-            else "the next draft step"
+
+@dataclass
+class _Verdict:
+    ok: bool
+    next_forward: str | None = None
+    partial: list[str] = field(default_factory=list)  # compactions that miss some path
+    via: list[str] = field(default_factory=list)  # callers the window went through
+    left_to_guard: bool = False
+
+    def data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.next_forward:
+            out["next_forward"] = self.next_forward
+        if self.partial:
+            out["partial_compactions"] = self.partial
+        if self.via:
+            out["callers"] = self.via
+        return out
+
+
+class _Window:
+    """The paths around one switch call, in its function and, where they reach its start or
+    end, in its callers."""
+
+    def __init__(self, rule: SkipTopkWithoutCompaction, view: FunctionView, flow: Flow, switch: ast.Call) -> None:
+        self.rule = rule
+        self.view = view
+        self.flow = flow
+        self.switch = switch
+        self.summaries = view.ctx.summaries(rule.depth)
+        self.receiver = ref(switch.func.value) if isinstance(switch.func, ast.Attribute) else None
+        self.owner = view.owner()
+        self.canon_receiver = _canonical(self.receiver, _aliases(view.node)) if self.receiver else None
+
+    # -- classification of one call node ------------------------------------------------------
+    def classify(self, view_node: ast.AST, call: ast.Call, aliases: dict[str, str], fn: FunctionInfo | None, self_cls: ClassInfo | None) -> str | None:
+        rule = self.rule
+        name = last_name(call.func)
+        if name == rule.switch:
+            return None
+        if name == rule.compaction:
+            recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            return "hit" if self._same_model(_canonical(recv, aliases) if recv else None) else None
+        callee = ref(call.func)
+        canon = _canonical(callee, aliases) if callee else None
+        if name in rule.forward_names or (canon is not None and canon in self._owners()):
+            return "fwd"
+        if fn is None or callee is None:
+            return None
+        sym = self.summaries.resolve(fn, callee, self_cls)
+        target = self.summaries.function_for(sym)
+        if target is None:
+            return None
+        sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
+        compacts = self.summaries.reaches(target, lambda c: c.name == rule.compaction, f"compacts:{rule.compaction}", sub_self)
+        forwards = self.summaries.reaches(target, lambda c: c.name in rule.forward_names, f"forwards:{sorted(rule.forward_names)}", sub_self)
+        if compacts and forwards:
+            return "mixed"
+        if compacts:
+            return "hit"
+        if forwards:
+            return "fwd"
+        return None
+
+    def _owners(self) -> set[str]:
+        """`self.model.model` -> {`self.model.model`, `self.model`}; bare `self` is no model."""
+        out = set()
+        for name in {self.receiver, self.canon_receiver} - {None}:
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:i])
+                if i >= 2 or prefix not in ("self", "cls"):
+                    out.add(prefix)
+        return out
+
+    def _same_model(self, recv: str | None) -> bool:
+        """A compaction on the switched model, an owner of it, or on what cannot be told."""
+        mine = self.canon_receiver
+        if recv is None or mine is None:
+            return True
+        return recv == mine or recv.startswith(mine + ".") or mine.startswith(recv + ".")
+
+    # -- the window -----------------------------------------------------------------------------
+    def judge(self, idx: int) -> _Verdict:
+        view, flow = self.view, self.flow
+        fn = view.info
+        aliases = _aliases(view.node)
+        known = flow.known_at(idx)
+        stop = self._stopper(aliases, fn, self.owner)
+        in_forward_loop = any(
+            any(stop(flow.nodes[m]) == "fwd" for m in loop.members if flow.nodes[m].kind == "call")
+            for loop in flow.loops_of(idx)
         )
-        return (
-            f"`{prefix}{self._switch}(True)` makes later draft steps reuse the shared top-k "
-            f"buffer, but no `{self._compaction}` call (direct or via a helper) runs between "
-            f"the forward before it and {where}: those steps would read per-token rows "
-            f"instead of one row per request"
-        )
+        verdict = _Verdict(ok=False)
+        sides = []
+        partial: set[int] = set()
+        for forward in (False, True):
+            paths = flow.search(idx, forward, stop, known, self._assume)
+            uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
+            ends = paths.get("end", [])
+            hits = paths.get("hit", []) + ([] if forward else paths.get("mixed", []))
+            if hits and (uncovered or ends):
+                partial.update(p[-1] for p in hits)
+            if in_forward_loop and ends and (paths.get("hit") or paths.get("mixed") or uncovered):
+                ends = []  # the start/end of the function is not this loop's window
+            if forward and uncovered and verdict.next_forward is None:
+                last = uncovered[0][-1]
+                verdict.next_forward = view.text(flow.nodes[last].node.func)
+            sides.append((uncovered, ends))
+        for forward, (uncovered, ends) in zip((False, True), sides):
+            if uncovered:
+                continue
+            if not ends:
+                verdict.ok = True
+                return verdict
+            # the window goes on in the callers
+            outcome = self._through_callers(forward, known, CALLER_DEPTH, verdict)
+            if outcome == "covered":
+                verdict.ok = True
+                return verdict
+            if outcome == "unknown" and self._reachable_sibling_compacts():
+                verdict.ok = True
+                verdict.left_to_guard = True
+                return verdict
+        verdict.partial = [f"line {flow.nodes[i].node.lineno}" for i in sorted(partial)]
+        return verdict
 
-    def _hint(self, receiver: cst.CSTNode | None, names: set[str]) -> str:
-        target = code_of(receiver) if receiver is not None else "<draft model>"
-        return (
-            f"Call `{target}.{self._compaction}({_indices(names)})` after the step-0 forward and "
-            f"before the next one (e.g. right after this switch); the model method can delegate "
-            f"to the reference kernel `invariant_check.compaction.compact_topk_indices_"
-            f"(module, slot_ids)`."
-        )
+    def _stopper(self, aliases, fn, self_cls):
+        def stop(node):
+            if node.kind != "call":
+                return None
+            return self.classify(node.node, node.node, aliases, fn, self_cls)
+        return stop
 
-    # -- cross-file pass -------------------------------------------------------------------
-    @classmethod
-    def fact_triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        # Every function that calls the compaction directly sits in a file holding its name:
-        # parsing those first makes the set of direct compactors complete before any
-        # helper chain is followed.
-        return (options["compaction-method"],)
+    def _assume(self, atom) -> bool | None:
+        """`hasattr(x, "compact_topk_indices")` is true: a model without it is IC003's finding."""
+        source = atom[0]
+        if source.startswith("hasattr(") and (f"'{self.rule.compaction}'" in source or f'"{self.rule.compaction}"' in source):
+            return True
+        return None
 
-    @classmethod
-    def expand_triggers(cls, facts: dict[str, Any], options: dict[str, Any]) -> set[str]:
-        defs = _merged(facts)
-        compaction = options["compaction-method"]
-        if not any(compaction in calls for calls in defs.values()):
-            return set()  # no chain can end in a compaction: nothing to follow
-        need = {name for per_file in facts.values() for name in per_file.get("need", ())}
-        frontier, seen = need, set()
-        for _ in range(options["helper-depth"]):
-            frontier = frontier - seen
-            if not frontier:
-                break
-            seen |= frontier
-            frontier = {callee for name in frontier for callee in defs.get(name, ())}
-        return {f"def {name}(" for name in seen}
+    def _through_callers(self, forward: bool, known: dict[str, bool], depth: int, verdict: _Verdict) -> str:
+        """'covered' if every caller covers the rest of the window on this side, 'open' if
+        one does not, 'unknown' if no caller is known."""
+        fn = self.view.info
+        owner = self.owner
+        if fn is None or owner is None or depth <= 0:
+            return "unknown"
+        sites = list(_callers(self.view, fn, owner))
+        if not sites:
+            return "unknown"
+        stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
+        for caller, node, call in sites:
+            flow = Flow(node)
+            idx = flow.by_call.get(id(call))
+            if idx is None:
+                return "open"
+            aliases = _aliases(node)
+            stop = self._stopper(aliases, caller, owner)
+            known_here = dict(flow.known_at(idx))
+            known_here.update(stable_self)
+            paths = flow.search(idx, forward, stop, known_here, self._assume)
+            uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
+            if uncovered:
+                return "open"
+            verdict.via.append(caller.qual)
+            if paths.get("end"):
+                return "open"  # further up: the order is not in the source
+        return "covered"
 
-    @classmethod
-    def finalize(cls, candidates, facts, options):
-        defs = _merged(facts)
-        return [
-            (path, cand)
-            for path, cand in candidates
-            if not _satisfied(
-                cand.data["before"],
-                cand.data["after"],
-                cand.data["siblings"],
-                defs,
-                options["compaction-method"],
-                options["helper-depth"],
-            )
-        ]
-
-
-def _followable(func: cst.BaseExpression, imported: set[str]) -> bool:
-    """Whether a call may be followed into a function of the linted tree by its name.
-
-    Followed: `helper(...)`, `self.helper(...)`, `cls.helper(...)`, `super().helper(...)` and
-    `module.helper(...)` for an imported name. Methods of other objects (`metadata.build()`,
-    `hidden.view()`) are not: their last names (`build`, `forward`, `embed_input_ids`) are
-    defined in hundreds of files and would make the cross-file pass parse most of a tree.
-    """
-    if isinstance(func, cst.Name):
-        return True
-    if not isinstance(func, cst.Attribute):
-        return False
-    base = func.value
-    if isinstance(base, cst.Name):
-        return base.value in ("self", "cls") or base.value in imported
-    if isinstance(base, cst.Call):
-        return isinstance(base.func, cst.Name) and base.func.value == "super"
-    head = dotted(base)
-    return head is not None and head.split(".", 1)[0] in imported
-
-
-def _siblings(frame: _Frame) -> list[_Frame]:
-    """The other methods of the switch's class that it does not call itself.
-
-    A method the switching function calls is a helper: when it runs is known, and the
-    paths around the switch already account for it.
-    """
-    if frame.cls is None:
-        return []
-    return [
-        method
-        for method in frame.cls.methods
-        if method is not frame and method.name != frame.name and method.name not in frame.calls
-    ]
-
-
-def _useful(names: Iterable[str], options: dict[str, Any]) -> set[str]:
-    """Names that may be functions of the linted tree worth following."""
-    forward = set(options["forward-calls"])
-    compaction = options["compaction-method"]
-    return {
-        n
-        for n in names
-        if n == compaction
-        or not (
-            n in _STOP
-            or n in forward
-            or n == options["switch-method"]
-            or n.startswith("__")
-            or n[:1].isupper()  # a class: its constructor is not where compaction happens
-        )
-    }
-
-
-def _merged(facts: dict[str, Any]) -> dict[str, set[str]]:
-    defs: dict[str, set[str]] = {}
-    for per_file in facts.values():
-        for name, calls in per_file.get("defs", {}).items():
-            defs.setdefault(name, set()).update(calls)
-    return defs
-
-
-def _reaches_compaction(
-    names: Iterable[str], defs: dict[str, Iterable[str]], compaction: str, depth: int
-) -> bool:
-    """Whether a function among `names` compacts within `depth` calls (by function name)."""
-    frontier, seen = set(names), set()
-    if compaction in frontier:
-        return True
-    for _ in range(depth):
-        frontier -= seen
-        if not frontier:
+    def _reachable_sibling_compacts(self) -> bool:
+        owner, fn = self.owner, self.view.info
+        if owner is None or fn is None:
             return False
-        seen |= frontier
-        nxt: set[str] = set()
-        for name in frontier:
-            callees = defs.get(name, ())
-            if compaction in callees:
-                return True
-            nxt.update(callees)
-        frontier = nxt
-    return False
+        own_calls = {c.name for c in fn.facts.calls}
+        for cls in owner.classes():
+            for name in cls.own_members():
+                if name == fn.short or name in own_calls:
+                    continue
+                method = cls.method(name)
+                if method is None:
+                    continue
+                if not self.summaries.reaches(method, lambda c: c.name == self.rule.compaction, f"compacts:{self.rule.compaction}", owner):
+                    continue
+                if self._reachable(owner, cls, name):
+                    return True
+        return False
+
+    def _reachable(self, owner: ClassInfo, defining: ClassInfo, name: str) -> bool:
+        if self.rule.entry_points.matches(name):
+            return True
+        mro = owner.classes()
+        later = mro[mro.index(defining) + 1 :] if defining in mro else []
+        if any(name in c.own_members() for c in later) or owner.has_unresolved_base():
+            return True  # overrides a base method (or may: a base the project cannot see)
+        # called anywhere in the project (other than by itself)
+        word = Words(name)
+        for path in self.view.project.files_containing(name):
+            module = self.view.project.module_at(path)
+            for chunk in module.leaf_chunks(word):
+                for facts in module.chunk_facts(chunk).functions.values():
+                    if facts.qual.rsplit(".", 1)[-1] != name and any(c.name == name for c in facts.calls):
+                        return True
+        return False
+
+    # -- words ----------------------------------------------------------------------------------
+    def message(self, verdict: _Verdict) -> str:
+        rule = self.rule
+        prefix = f"{self.receiver}." if self.receiver else ""
+        where = f"the next forward `{verdict.next_forward}(...)`" if verdict.next_forward else "the next draft step"
+        text = (
+            f"`{prefix}{rule.switch}(True)` makes later draft steps reuse the shared top-k buffer, "
+            f"but no `{rule.compaction}` call (direct or via a helper) runs between the forward "
+            f"before it and {where}"
+        )
+        if verdict.partial:
+            text += f" on every path (the compaction at {', '.join(verdict.partial)} is not on every path)"
+        return text + ": those steps would read per-token rows instead of one row per request"
+
+    def hint(self) -> str:
+        target = self.receiver or "<draft model>"
+        return compaction_call_hint(target, self.rule.compaction, _indices(self.view.node))
 
 
-def _owners(receiver: cst.CSTNode | None, seq: _Sequence) -> set[str]:
-    """Dotted names whose call is a forward of the model that owns `receiver`.
-
-    `self.model.model` -> {`self.model.model`, `self.model`}; bare `self` is not a model.
-    """
-    raw = dotted(receiver) if receiver is not None else None
-    if raw is None:
-        return set()
-    out = set()
-    for name in {raw, seq.canonical(raw)}:
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):
-            prefix = ".".join(parts[:i])
-            if i >= 2 or prefix not in ("self", "cls"):
-                out.add(prefix)
-    return out
+# -- helpers ------------------------------------------------------------------------------------
 
 
-def _paths(
-    s: int,
-    calls: list[tuple[cst.Call, tuple[int, ...]]],
-    ranges: dict[int, list[int]],
-    forward: list[bool],
-) -> tuple[list[set[int]], list[set[int]], int | None]:
-    """The paths (sets of call indices) into call `s` from the last forward, and out of it
-    to the next forward; and the index of the next forward.
+def _calls(node: ast.AST) -> Iterator[ast.Call]:
+    from invariant_check.analysis.facts import walk_local
 
-    A compaction on every path in, or on every path out, puts one between the two forwards
-    on every run. Paths are read in source order, flow-insensitively, except around the
-    innermost loop L that holds both the switch and a forward: when no forward precedes the
-    switch in L's body, an iteration after the first reaches it from the end of the previous
-    iteration's body; when none follows it, the next iteration's forward is reached through
-    the top of L's body.
-    """
-    n = len(calls)
-    loops = calls[s][1][::-1]  # innermost first
-    with_forward = None
-    plain: list[int] = []  # loops around the switch, inside L, that run no forward
-    for loop in loops:
-        lo, hi = ranges[loop]
-        if any(forward[lo:hi]):
-            with_forward = loop
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Call):
+            yield sub
+
+
+def _switches_on(call: ast.Call) -> bool:
+    """`f(True)`, or `f(skip=True)` as the only argument."""
+    if call.args:
+        return literal_kind(call.args[0]) == "True"
+    return len(call.keywords) == 1 and literal_kind(call.keywords[0].value) == "True"
+
+
+def _aliases(node: ast.AST) -> dict[str, str]:
+    """Local names bound once to a dotted value: `draft_model = self.model.model`."""
+    from invariant_check.analysis.facts import walk_local
+
+    seen: dict[str, set[str | None]] = {}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+            seen.setdefault(sub.targets[0].id, set()).add(ref(sub.value))
+        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name):
+            seen.setdefault(sub.target.id, set()).add(ref(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value else None)
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
+
+
+def _canonical(name: str, aliases: dict[str, str]) -> str:
+    for _ in range(8):
+        head, dot, rest = name.partition(".")
+        target = aliases.get(head)
+        if target is None or target == head:
             break
-        plain.append(loop)
-    # A loop without a forward may run its body again before the next forward: its whole
-    # body belongs to both sides.
-    extra = {k for loop in plain for k in range(*ranges[loop]) if k != s}
-
-    j = s + 1
-    while j < n and not forward[j]:
-        j += 1
-    next_forward = j if j < n else None
-    after = [set(range(s + 1, j)) | extra]
-
-    j = s - 1
-    while j >= 0 and not forward[j]:
-        j -= 1
-    prev_forward = j if j >= 0 else None
-    before = [set(range(j + 1, s)) | extra]
-
-    if with_forward is not None:
-        lo, hi = ranges[with_forward]
-        fwd = [k for k in range(lo, hi) if forward[k]]
-        if fwd[0] > s:  # no forward before the switch in the body
-            looped = set(range(lo, s)) | set(range(fwd[-1] + 1, hi)) | extra
-            # Without a forward before the loop, the first iteration has nothing to reuse:
-            # only the path through the previous iteration counts.
-            before = [looped] if prev_forward is None else before + [looped]
-        if fwd[-1] < s:  # no forward after the switch in the body
-            looped = set(range(s + 1, hi)) | set(range(lo, fwd[0])) | extra
-            after = [looped] if next_forward is None else after + [looped]
-            if next_forward is None:
-                next_forward = fwd[0]
-    for path in before + after:
-        path.discard(s)
-    return before, after, next_forward
+        name = target + dot + rest
+    return name
 
 
-def _all_compact(paths: list[set[int]], names: list[str | None], compaction: str) -> bool:
-    return all(any(names[i] == compaction for i in path) for path in paths)
+def _callers(view: FunctionView, fn: FunctionInfo, owner: ClassInfo):
+    """(caller, its ast node, the call) for each `self.<fn>(...)` in the methods of the class
+    and its bases."""
+    name = fn.short
+    word = Words(name)
+    for cls in owner.classes():
+        text = cls.module.source.text
+        chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
+        for member in cls.own_members():
+            chunk = chunks.get(member)
+            if chunk is not None and not word.holds(text, chunk.start, chunk.end):
+                continue
+            method = cls.method(member)
+            if method is None or method == fn:
+                continue
+            if not any(c.name == name and c.ref in (f"self.{name}", f"super().{name}") for c in method.facts.calls):
+                continue
+            node = method.node()
+            if node is None:
+                continue
+            for call in _calls(node):
+                if last_name(call.func) == name and ref(call.func) in (f"self.{name}", f"super().{name}"):
+                    yield method, node, call
 
 
-def _satisfied(
-    before: list[list[str]],
-    after: list[list[str]],
-    siblings: list[list[str]],
-    defs: dict[str, Iterable[str]],
-    compaction: str,
-    depth: int,
-) -> bool:
-    """A compaction on every path into the switch, or on every path out of it, or in a
-    sibling method (each sibling is given by the names it calls)."""
-    return any(
-        all(_reaches_compaction(path, defs, compaction, depth) for path in side)
-        for side in (before, after)
-    ) or any(_reaches_compaction(calls, defs, compaction, depth) for calls in siblings)
-
-
-def _indices(names: set[str]) -> str:
+def _indices(node: ast.AST) -> str:
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and "token_indices" in sub.id:
+            names.add(sub.id)
+        elif isinstance(sub, ast.Attribute) and "token_indices" in sub.attr:
+            r = ref(sub)
+            if r:
+                names.add(r)
     for preferred in _INDEX_NAMES:
         for name in sorted(names, key=len):
             if name == preferred or name.endswith("." + preferred):
                 return name
     for name in sorted(names):
-        if "token_indices" in name.rsplit(".", 1)[-1]:
-            return name
+        return name
     return _PLACEHOLDER
 
 

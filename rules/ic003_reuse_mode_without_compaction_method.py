@@ -1,23 +1,20 @@
 from __future__ import annotations
 
-import bisect
-import itertools
-import re
-from typing import Any
+from typing import Any, Iterator
 
-import libcst as cst
-
-from invariant_check.rule import Rule
+from invariant_check.analysis.needs import Words
+from invariant_check.rule import Report, Rule
 from invariant_check.types import Invalid, Option, Valid
 
-from ._names import dotted
+from ._hints import compaction_method_hint
 
 
 class ReuseModeWithoutCompactionMethod(Rule):
     """
     ## What it does
-    Flags a class that implements the top-k reuse switch (`def set_skip_topk`) but neither it
-    nor any base class in the linted tree implements the compaction (`def compact_topk_indices`).
+    Flags a class that can switch top-k reuse on (it defines `set_skip_topk`, or binds that
+    name in its body, e.g. `set_skip_topk = _shared_impl`) while neither it nor any of its base
+    classes provides the compaction (`compact_topk_indices`, as a method or a class attribute).
 
     ## Why is this bad?
     With MTP index sharing, draft step 0 writes the shared `topk_indices_buffer` one row per
@@ -43,34 +40,51 @@ class ReuseModeWithoutCompactionMethod(Rule):
             for layer in self.layers:
                 layer.indexer.skip_topk = skip
 
-        def compact_topk_indices(self, slot_ids: torch.Tensor):
-            # one call for every distinct shared buffer; see invariant_check.compaction
-            compact_topk_indices_(self, slot_ids)
+        def compact_topk_indices(self, slot_ids: torch.Tensor) -> None:
+            # gather each distinct shared buffer once: several layers may hold the same one
+            n = slot_ids.numel()
+            seen = set()
+            for layer in self.layers:
+                buf = layer.indexer.topk_indices_buffer
+                if id(buf) not in seen:
+                    seen.add(id(buf))
+                    buf[:n] = buf[slot_ids]
     ```
+    (Or delegate to `invariant_check.compaction.compact_topk_indices_`, a race-free one-launch
+    Triton kernel, if the project can depend on it.)
 
-    Base classes are resolved by name across the linted files. When a base class cannot be
-    found in the linted tree and is not listed in `external-bases`, the rule stays silent: it
-    cannot prove that the base lacks the method (lint the whole package to resolve it).
+    ## How it decides
+    Base classes are resolved through the imports of the module that names them, across the
+    project (so `DeepseekV4MTPBase` is the class the import statement names, not any class of
+    that spelling). Members include methods and class attributes of the class and of every
+    resolved ancestor. A base outside the project that is listed in `external-bases` is known
+    not to provide the method; any other base that cannot be resolved (a third-party class, a
+    dynamic import) might, and the rule stays silent.
+
+    Only a name that nothing binds (no import, no definition) is looked up by its spelling
+    among the project's classes; a finding that relied on that says so in its data
+    (`resolved_by: short-name`).
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
     - `compaction-method` (default `compact_topk_indices`): the method that must exist beside it.
-    - `external-bases`: base classes known not to implement the compaction.
+    - `external-bases`: base classes outside the project known not to implement the compaction,
+      by their dotted spelling or resolved name.
     """
 
     CODE = "IC003"
     NAME = "reuse-mode-without-compaction-method"
     SUMMARY = "A class that can switch on top-k reuse has no method to compact the shared buffer."
-    HINT = (
-        "Add `def {compaction}(self, slot_ids)` that sets `buf[:n] = buf[slot_ids]` for every "
-        "distinct top-k buffer (reference: invariant_check.compaction.compact_topk_indices_)."
-    )
+    HINT = compaction_method_hint("compact_topk_indices")
+    SCOPE = "class"
     OPTIONS = {
         "switch-method": Option("set_skip_topk", "method that switches index reuse on", str),
         "compaction-method": Option("compact_topk_indices", "method that compacts the buffer", str),
         "external-bases": Option(
-            ["object", "Module", "nn.Module", "torch.nn.Module", "ABC", "abc.ABC", "Protocol", "Generic"],
-            "base classes outside the tree that are known not to implement the compaction",
+            ["object", "Module", "nn.Module", "torch.nn.Module", "torch.nn.modules.module.Module",
+             "ABC", "abc.ABC", "Protocol", "typing.Protocol", "Generic", "typing.Generic",
+             "builtins.object"],
+            "base classes outside the project that are known not to implement the compaction",
         ),
     }
 
@@ -136,7 +150,7 @@ class Predictor(nn.Module):
         return set_skip_topk
 """
         ),
-        # Unknown base outside the linted tree: cannot prove it lacks the method.
+        # Unknown base outside the project: cannot prove it lacks the method.
         Valid(
             """
 from somewhere import UnknownBase
@@ -145,6 +159,29 @@ class Predictor(UnknownBase):
     def set_skip_topk(self, skip):
         self.skip = skip
 """
+        ),
+        # The import names the compacting base of two same-named classes.
+        Valid(
+            """
+from .nvidia.mtp import MTPBase
+
+class Predictor(MTPBase):
+    def set_skip_topk(self, skip):
+        self.skip = skip
+""",
+            files={
+                "nvidia/__init__.py": "",
+                "nvidia/mtp.py": """
+class MTPBase:
+    def compact_topk_indices(self, slot_ids):
+        self.buf[: slot_ids.numel()] = self.buf[slot_ids]
+""",
+                "amd/__init__.py": "",
+                "amd/mtp.py": """
+class MTPBase:
+    pass
+""",
+            },
         ),
     ]
     INVALID = [
@@ -199,145 +236,109 @@ class Predictor(nn.Module):
             line=1,
             options={"switch-method": "use_shared_indices"},
         ),
+        # The switch bound as a class attribute.
+        Invalid(
+            """
+def _shared_impl(self, skip):
+    self.skip = skip
+
+class Predictor(nn.Module):
+    set_skip_topk = _shared_impl
+""",
+            line=4,
+        ),
+        # The import names the base without the method, although a same-named class elsewhere
+        # has it.
+        Invalid(
+            """
+from .amd.mtp import MTPBase
+
+class Predictor(MTPBase):
+    def set_skip_topk(self, skip):
+        self.skip = skip
+""",
+            line=3,
+            files={
+                "nvidia/__init__.py": "",
+                "nvidia/mtp.py": """
+class MTPBase:
+    def compact_topk_indices(self, slot_ids):
+        self.buf[: slot_ids.numel()] = self.buf[slot_ids]
+""",
+                "amd/__init__.py": "",
+                "amd/mtp.py": """
+import torch.nn as nn
+
+class MTPBase(nn.Module):
+    pass
+""",
+            },
+        ),
     ]
 
     @classmethod
-    def triggers(cls, options: dict[str, Any]) -> tuple[str, ...]:
-        return (options["switch-method"],)
+    def needs(cls, options: dict[str, Any]) -> Words:
+        return Words(options["switch-method"])
 
-    @classmethod
-    def may_apply(cls, source: bytes, options: dict[str, Any]) -> bool:
-        return _may_apply(source, options["switch-method"].encode(), options["compaction-method"].encode())
-
-    def __init__(self, context) -> None:
-        super().__init__(context)
-        # classes: name -> [[bases, defines compaction]]; wanted: bases of reported classes
-        self.facts = {"classes": {}, "wanted": []}
-        self._stack: list[tuple[cst.ClassDef, set[str]]] = []
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> None:
-        methods = _members(node)
-        bases = [dotted(arg.value) or "?" for arg in node.bases if arg.keyword is None]
+    def check_class(self, view) -> Iterator[Report]:
+        switch = self.options["switch-method"]
         compaction = self.options["compaction-method"]
-        entry = self.facts["classes"].setdefault(node.name.value, [])
-        entry.append([bases, compaction in methods])
-        if self.options["switch-method"] in methods and compaction not in methods:
-            self.report(
-                node.name,
-                f"Class `{node.name.value}` defines `{self.options['switch-method']}` but no "
-                f"`{compaction}`: draft steps that reuse the top-k buffer would read per-token rows",
-                hint=self.HINT.format(compaction=compaction),
-                data={"class": node.name.value, "bases": bases},
-            )
-            self.facts["wanted"].extend(bases)
-
-    @staticmethod
-    def _classes(facts) -> dict[str, list]:
-        classes: dict[str, list] = {}
-        for per_file in facts.values():
-            for name, entries in per_file["classes"].items():
-                classes.setdefault(name, []).extend(entries)
-        return classes
-
-    @classmethod
-    def expand_triggers(cls, facts, options) -> set[str]:
-        """Files defining the not-yet-seen ancestors of reported classes."""
-        classes = cls._classes(facts)
-        external = set(options["external-bases"])
-        todo = [b for per_file in facts.values() for b in per_file["wanted"]]
-        seen, wanted = set(), set()
-        while todo:
-            base = todo.pop()
-            if base in seen or base in external or base == "?":
+        info = view.info
+        if switch not in info.own_members():
+            return
+        _, _, has = info.lookup(compaction)
+        if has:
+            return
+        external = set(self.options["external-bases"])
+        unknown, fallback = [], False
+        for sym, spelled in _ancestors_with_spelling(info):
+            if sym.kind == "class" and view.project.class_of(sym) is not None:
+                fallback = fallback or sym.via == "short-name"
                 continue
-            seen.add(base)
-            short = base.rsplit(".", 1)[-1]
-            if short in classes:
-                todo.extend(b for bases, _ in classes[short] for b in bases)
-            else:
-                wanted.update({f"class {short}(", f"class {short}:"})
-        return wanted
-
-    @classmethod
-    def finalize(cls, candidates, facts, options):
-        classes = cls._classes(facts)
-        external = set(options["external-bases"])
-        def may_compact(name: str, seen: set[str]) -> bool:
-            """True unless every class of that name provably lacks the method."""
-            if name in seen:
-                return False
-            seen.add(name)
-            if name in external:
-                return False
-            short = name.rsplit(".", 1)[-1]
-            if short not in classes:
-                return True  # not in the tree: cannot prove anything
-            for bases, has in classes[short]:
-                if has or any(may_compact(b, seen) for b in bases):
-                    return True
-            return False
-
-        kept = []
-        for path, cand in candidates:
-            if not any(may_compact(b, set()) for b in cand.data["bases"]):
-                kept.append((path, cand))
-        return kept
-
-
-def _members(node: cst.ClassDef) -> set[str]:
-    """Names a class body defines: methods, and attributes assigned there
-    (`compact_topk_indices = compact_topk_indices_` provides the method too)."""
-    names: set[str] = set()
-    for stmt in node.body.body:
-        if isinstance(stmt, cst.FunctionDef):
-            names.add(stmt.name.value)
-        elif isinstance(stmt, cst.SimpleStatementLine):
-            for small in stmt.body:
-                if isinstance(small, cst.Assign):
-                    names.update(t.target.value for t in small.targets if isinstance(t.target, cst.Name))
-                elif isinstance(small, cst.AnnAssign) and small.value is not None:
-                    if isinstance(small.target, cst.Name):
-                        names.add(small.target.value)
-    return names
-
-
-def _may_apply(source: bytes, switch: bytes, compaction: bytes) -> bool:
-    """Whether some class that defines the switch may lack the compaction: for each
-    `def <switch>`, find the class line above it (a smaller indent) and look for the
-    compaction defined or assigned in that class's block. Anything unclear counts as a
-    possible finding, so the file is parsed."""
-    switch_re = re.compile(rb"^([ \t]*)(?:async[ \t]+)?def[ \t]+" + re.escape(switch) + rb"\b", re.MULTILINE)
-    provides = re.compile(
-        rb"^[ \t]+(?:(?:async[ \t]+)?def[ \t]+" + re.escape(compaction) + rb"\b|"
-        + re.escape(compaction) + rb"[ \t]*(?::[^\n=]*)?=(?!=))",
-        re.MULTILINE,
-    )
-    lines = None
-    for hit in switch_re.finditer(source):
-        if lines is None:
-            lines = source.split(b"\n")
-            starts = list(itertools.accumulate((len(l) + 1 for l in lines[:-1]), initial=0))
-        i = bisect.bisect_right(starts, hit.start()) - 1
-        own = len(hit.group(1).expandtabs())
-        cls_line = None
-        for j in range(i - 1, -1, -1):
-            text = lines[j]
-            stripped = text.lstrip()
-            if not stripped or stripped.startswith(b"#"):
+            if spelled in external or sym.name in external or sym.name.rsplit(".", 1)[-1] in external and sym.kind == "external":
                 continue
-            if len(text[: len(text) - len(stripped)].expandtabs()) < own:
-                cls_line = j if stripped.startswith(b"class ") else None
-                break
-        if cls_line is None:
-            return True  # not plainly a method: let the parser decide
-        cls_indent = len(lines[cls_line]) - len(lines[cls_line].lstrip())
-        end = len(lines)
-        for j in range(cls_line + 1, len(lines)):
-            stripped = lines[j].lstrip()
-            if stripped and not stripped.startswith(b"#") and len(lines[j]) - len(stripped) <= cls_indent:
-                end = j
-                break
-        block_end = starts[end] if end < len(starts) else len(source)
-        if not provides.search(source, starts[cls_line], block_end):
-            return True
-    return False
+            if sym.kind == "unknown" and spelled:
+                # nothing binds the name: the short-name fallback
+                found = view.project.short_name(spelled.rsplit(".", 1)[-1], "class")
+                if found and all(_lacks(view, s, compaction) for s in found):
+                    fallback = True
+                    continue
+            unknown.append(spelled or "?")
+        if unknown:
+            return  # a base the project cannot see might provide it
+        data = {"class": info.name, "bases": [b or "?" for b in info.base_spellings()]}
+        if fallback:
+            data["resolved_by"] = "short-name"
+        yield Report(
+            view.name_span(),
+            f"Class `{info.qual}` defines `{switch}` but neither it nor a base class has "
+            f"`{compaction}`: draft steps that reuse the top-k buffer would read per-token rows",
+            compaction_method_hint(compaction),
+            data,
+        )
+
+
+def _ancestors_with_spelling(info):
+    """(symbol, spelling) of every base in the MRO that is not a resolved project class, and
+    of the resolved ones too (marked by kind)."""
+    out = []
+    seen = set()
+    for cls in info.classes():
+        for spelled, sym in zip(cls.base_spellings(), cls.bases()):
+            key = (sym.name, spelled)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((sym, spelled))
+    return out
+
+
+def _lacks(view, sym, compaction: str) -> bool:
+    cls = view.project.class_of(sym)
+    if cls is None:
+        return False
+    _, _, has = cls.lookup(compaction)
+    return not has and not cls.has_unresolved_base()
+
+
+__all__ = ["ReuseModeWithoutCompactionMethod"]

@@ -47,6 +47,8 @@ def test_every_rewrite_applies_and_changes_the_source(rule):
             for name, text in out.items():
                 if name.endswith(".py"):
                     cst.parse_module(text)
+                    # and valid for the Python running the linter, not only for libcst
+                    compile(text, name, "exec", dont_inherit=True)
         assert applied, f"{rw.name} applies to no {rule} fixture"
 
 

@@ -368,10 +368,22 @@ def _newline(indent_last: str) -> cst.ParenthesizedWhitespace:
 
 
 class _SplitCalls(cst.CSTTransformer):
-    """Puts every argument of every call on its own line, with a trailing comma."""
+    """Puts every argument of every call on its own line, with a trailing comma (not inside
+    f-strings: a line break in a replacement field is a syntax error before Python 3.12)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._fstrings = 0
+
+    def visit_FormattedString(self, node) -> None:
+        self._fstrings += 1
+
+    def leave_FormattedString(self, original_node, updated_node):
+        self._fstrings -= 1
+        return updated_node
 
     def leave_Call(self, original_node, updated_node):
-        if not updated_node.args:
+        if not updated_node.args or self._fstrings:
             return updated_node
         args = [
             a.with_changes(comma=cst.Comma(whitespace_after=_newline("    " if i < len(updated_node.args) - 1 else "")))

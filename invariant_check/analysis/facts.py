@@ -1,0 +1,443 @@
+"""What one definition tells the rest of the project, built from its `ast` and kept as plain
+data (cached per file content): the names a module binds, a class's bases and members, and for
+each function the calls it makes, the attributes it writes, the parameters it validates.
+
+A *ref* is the dotted spelling of an expression that names something: `self.model.model`,
+`torch.nn.Module`, `super().forward`; expressions that name nothing (a call's result, a
+subscript) have no ref. Resolution of refs to definitions lives in `project`.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Iterator
+
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+
+
+def ref(node: ast.AST | None) -> str | None:
+    """`a.b.c` for Name/Attribute chains, `super().f` for super calls; else None."""
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "super"
+        and not node.keywords
+    ):
+        parts.append("super()")
+    else:
+        return None
+    return ".".join(reversed(parts))
+
+
+def last_name(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Name):
+        return node.id
+    return None
+
+
+def literal_kind(node: ast.AST | None) -> str | None:
+    """'True', 'False', 'None' for those constants; None otherwise."""
+    if isinstance(node, ast.Constant) and (node.value is True or node.value is False or node.value is None):
+        return repr(node.value)
+    return None
+
+
+def walk_local(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node under `node` that runs as part of it: nested defs, classes and lambdas are
+    other scopes and are not entered (their decorators and defaults are)."""
+    stack = list(ast.iter_child_nodes(node))
+    while stack:
+        cur = stack.pop()
+        yield cur
+        if isinstance(cur, FUNCS):
+            stack.extend(cur.decorator_list)
+            stack.extend(d for d in cur.args.defaults + cur.args.kw_defaults if d is not None)
+            continue
+        if isinstance(cur, ast.ClassDef):
+            stack.extend(cur.decorator_list)
+            stack.extend(cur.bases)
+            continue
+        if isinstance(cur, ast.Lambda):
+            continue
+        stack.extend(ast.iter_child_nodes(cur))
+
+
+# -- records ----------------------------------------------------------------------------------
+
+
+@dataclass
+class CallFact:
+    name: str | None  # the last name of the callee: `compact` for `a.b.compact(...)`
+    ref: str | None  # the whole callee: `a.b.compact`
+    recv: str | None  # the receiver: `a.b`
+    arg0: str | None  # 'True'/'False'/'None' when the switch-like first argument is one
+    args: list[str | None]  # refs of the positional arguments
+    kwargs: dict[str, str | None]
+    line: int
+    col: int
+
+
+@dataclass
+class StoreFact:
+    """A write to an attribute: `target.attr = v`, `target.attr += v`, `target.attr.add_(v)`,
+    `replace(target, attr=v)`; `op` says which."""
+
+    target: str | None
+    attr: str
+    op: str  # '=', '+=', '-=', 'add_', 'sub_', 'inplace' (any other in-place method), 'replace'
+    line: int
+    col: int
+    value: str | None = None  # ref of the value, when it is one
+    delta: int | None = None  # +k / -k when the new value is the old one plus a literal
+
+
+@dataclass
+class FunctionFacts:
+    qual: str  # qualified name within its module: `Cls.meth`, `f.<locals>.g`
+    cls: str | None  # the class it is a method of
+    line: int
+    end_line: int
+    params: list[str]
+    annotations: dict[str, str | None]
+    calls: list[CallFact] = field(default_factory=list)
+    stores: list[StoreFact] = field(default_factory=list)
+    aliases: dict[str, str] = field(default_factory=dict)  # local = dotted ref (single binding)
+    self_attrs: dict[str, list[str]] = field(default_factory=dict)  # attr -> [how, ref]
+    validates: list[str] = field(default_factory=list)  # parameters checked by type
+    imports: dict[str, list] = field(default_factory=dict)  # function-local imports
+
+
+@dataclass
+class ClassFacts:
+    qual: str
+    line: int
+    bases: list[str | None]
+    attrs: dict[str, str | None]  # class-body bindings: name -> ref of the value
+    methods: list[str]
+    fields: list[str]  # annotated class-body names (dataclass fields)
+
+
+@dataclass
+class ModuleFacts:
+    # name -> list of [kind, payload]: ['module', 'a.b'], ['from', level, 'a.b', 'name'],
+    # ['def', qual], ['class', qual], ['alias', ref], ['value', None]
+    bindings: dict[str, list[list]] = field(default_factory=dict)
+    stars: list[list] = field(default_factory=list)  # [level, module]
+
+
+def to_json(obj: Any) -> Any:
+    return asdict(obj)
+
+
+def function_from_json(raw: dict) -> FunctionFacts:
+    f = FunctionFacts(**raw)
+    f.calls = [CallFact(**c) for c in raw["calls"]]
+    f.stores = [StoreFact(**s) for s in raw["stores"]]
+    return f
+
+
+# -- building --------------------------------------------------------------------------------
+
+
+def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, list]]:
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.asname:
+                yield alias.asname, ["module", alias.name]
+            else:
+                head = alias.name.split(".", 1)[0]
+                yield head, ["module", head]
+    else:
+        for alias in node.names:
+            if alias.name == "*":
+                continue
+            yield alias.asname or alias.name, ["from", node.level, node.module or "", alias.name]
+
+
+def _target_names(target: ast.AST) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _target_names(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _target_names(target.value)
+
+
+def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
+    """The names module-level statements bind (also inside module-level if/try blocks)."""
+    out = ModuleFacts()
+
+    def bind(name: str, how: list) -> None:
+        out.bindings.setdefault(name, []).append(how)
+
+    def visit(body: Iterable[ast.stmt]) -> None:
+        for st in body:
+            if isinstance(st, FUNCS):
+                bind(st.name, ["def", prefix + st.name])
+            elif isinstance(st, ast.ClassDef):
+                bind(st.name, ["class", prefix + st.name])
+            elif isinstance(st, (ast.Import, ast.ImportFrom)):
+                if isinstance(st, ast.ImportFrom) and any(a.name == "*" for a in st.names):
+                    out.stars.append([st.level, st.module or ""])
+                for name, how in import_bindings(st):
+                    bind(name, how)
+            elif isinstance(st, (ast.Assign, ast.AnnAssign)):
+                targets = st.targets if isinstance(st, ast.Assign) else [st.target]
+                value = st.value
+                for t in targets:
+                    for name in _target_names(t):
+                        r = ref(value) if isinstance(t, ast.Name) else None
+                        bind(name, ["alias", r] if r else ["value", None])
+            elif isinstance(st, (ast.If, ast.Try, ast.With, ast.For, ast.While)) or type(st).__name__ == "TryStar":
+                for attr in ("body", "orelse", "finalbody"):
+                    visit(getattr(st, attr, None) or [])
+                for handler in getattr(st, "handlers", None) or []:
+                    visit(handler.body)
+                if isinstance(st, ast.For):
+                    for name in _target_names(st.target):
+                        bind(name, ["value", None])
+
+    visit(stmts)
+    return out
+
+
+def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> ClassFacts:
+    attrs: dict[str, str | None] = {}
+    fields: list[str] = []
+    names = set(methods)
+    for st in node.body:
+        if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
+            names.add(st.name)
+        elif isinstance(st, ast.Assign):
+            for t in st.targets:
+                for name in _target_names(t):
+                    attrs[name] = ref(st.value) if isinstance(t, ast.Name) else None
+        elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
+            fields.append(st.target.id)
+            if st.value is not None:
+                attrs[st.target.id] = ref(st.value)
+    return ClassFacts(
+        qual=qual,
+        line=node.lineno,
+        bases=[ref(b) for b in node.bases],
+        attrs=attrs,
+        methods=sorted(names),
+        fields=fields,
+    )
+
+
+_INPLACE_ADD = {"add_": "add_", "sub_": "sub_"}
+
+
+def _delta(value: ast.AST, target_src: str | None) -> int | None:
+    """+k/-k when `value` is `<target_src> + k` / `- k` (k a literal int)."""
+    if not isinstance(value, ast.BinOp) or target_src is None:
+        return None
+    if ref(value.left) != target_src:
+        return None
+    if isinstance(value.right, ast.Constant) and isinstance(value.right.value, int):
+        k = value.right.value
+    else:
+        return 1 if isinstance(value.op, ast.Add) else (-1 if isinstance(value.op, ast.Sub) else None)
+    if isinstance(value.op, ast.Add):
+        return k
+    if isinstance(value.op, ast.Sub):
+        return -k
+    return None
+
+
+def _raises(body: list[ast.stmt]) -> bool:
+    return any(isinstance(s, ast.Raise) for s in body)
+
+
+def _checked_names(test: ast.AST) -> Iterator[str]:
+    """Names whose type `test` checks: isinstance(x, T), type(x) is/in/== T."""
+    for node in ast.walk(test):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id in ("isinstance", "type") and node.args and isinstance(node.args[0], ast.Name):
+                yield node.args[0].id
+
+
+def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls: str | None) -> FunctionFacts:
+    args = node.args
+    params = [a.arg for a in args.posonlyargs + args.args]
+    all_params = params + [a.arg for a in args.kwonlyargs]
+    annotations = {
+        a.arg: ref(a.annotation) if a.annotation is not None else None
+        for a in args.posonlyargs + args.args + args.kwonlyargs
+    }
+    facts = FunctionFacts(
+        qual=qual,
+        cls=cls,
+        line=node.lineno,
+        end_line=getattr(node, "end_lineno", None) or node.lineno,
+        params=params + [p for p in all_params if p not in params],
+        annotations=annotations,
+    )
+    assigned: dict[str, set[str | None]] = {}
+    self_name = params[0] if cls is not None and params else None
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Call):
+            fref = ref(sub.func)
+            recv = ref(sub.func.value) if isinstance(sub.func, ast.Attribute) else None
+            arg0 = literal_kind(sub.args[0]) if sub.args else None
+            if arg0 is None and len(sub.keywords) == 1 and not sub.args:
+                arg0 = literal_kind(sub.keywords[0].value)
+            facts.calls.append(
+                CallFact(
+                    last_name(sub.func),
+                    fref,
+                    recv,
+                    arg0,
+                    [ref(a) for a in sub.args],
+                    {k.arg: ref(k.value) for k in sub.keywords if k.arg},
+                    sub.lineno,
+                    sub.col_offset,
+                )
+            )
+            # in-place tensor updates of an attribute: `x.seq_lens.add_(1)`, `x.f.fill_(0)`
+            if isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Attribute):
+                method = sub.func.attr
+                holder = sub.func.value
+                if method.endswith("_") and not method.startswith("_"):
+                    delta = None
+                    if method in _INPLACE_ADD and sub.args and isinstance(sub.args[0], ast.Constant):
+                        v = sub.args[0].value
+                        if isinstance(v, (int, float)) and not isinstance(v, bool):
+                            delta = int(v) if method == "add_" else -int(v)
+                    facts.stores.append(
+                        StoreFact(ref(holder.value), holder.attr, _INPLACE_ADD.get(method, "inplace"),
+                                  sub.lineno, sub.col_offset, None, delta)
+                    )
+            # `replace(x, f=...)`, `dataclasses.replace(x, ...)`, `x.replace(f=...)`
+            if last_name(sub.func) == "replace" and sub.keywords:
+                if isinstance(sub.func, ast.Attribute) and not (
+                    isinstance(sub.func.value, ast.Name) and sub.func.value.id == "dataclasses"
+                ):
+                    target = ref(sub.func.value)
+                else:
+                    target = ref(sub.args[0]) if sub.args else None
+                for kw in sub.keywords:
+                    if kw.arg:
+                        src = f"{target}.{kw.arg}" if target else None
+                        facts.stores.append(
+                            StoreFact(target, kw.arg, "replace", sub.lineno, sub.col_offset,
+                                      ref(kw.value), _delta(kw.value, src))
+                        )
+        elif isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            value = sub.value
+            for t in targets:
+                if isinstance(t, ast.Attribute):
+                    tref = ref(t.value)
+                    if isinstance(sub, ast.AugAssign):
+                        op = "+=" if isinstance(sub.op, ast.Add) else ("-=" if isinstance(sub.op, ast.Sub) else "op=")
+                        delta = None
+                        if isinstance(value, ast.Constant) and isinstance(value.value, int) and not isinstance(value.value, bool):
+                            delta = value.value if op == "+=" else (-value.value if op == "-=" else None)
+                        elif op in ("+=", "-="):
+                            delta = 1 if op == "+=" else -1
+                        facts.stores.append(StoreFact(tref, t.attr, op, sub.lineno, sub.col_offset, ref(value), delta))
+                    elif value is not None:
+                        src = ref(t)
+                        facts.stores.append(
+                            StoreFact(tref, t.attr, "=", sub.lineno, sub.col_offset, ref(value), _delta(value, src))
+                        )
+                        if self_name is not None and tref == self_name:
+                            how = _self_attr(value)
+                            if how is not None:
+                                facts.self_attrs.setdefault(t.attr, how)
+                elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and isinstance(sub, ast.AugAssign):
+                    # `x.seq_lens[:n] += 1`
+                    holder = t.value
+                    op = "+=" if isinstance(sub.op, ast.Add) else ("-=" if isinstance(sub.op, ast.Sub) else "op=")
+                    facts.stores.append(StoreFact(ref(holder.value), holder.attr, op, sub.lineno, sub.col_offset))
+                elif isinstance(t, ast.Name) and not isinstance(sub, ast.AugAssign):
+                    assigned.setdefault(t.id, set()).add(ref(value) if value is not None else None)
+                else:
+                    for name in _target_names(t):
+                        assigned.setdefault(name, set()).add(None)
+        elif isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension)):
+            for name in _target_names(sub.target):
+                assigned.setdefault(name, set()).add(None)
+        elif isinstance(sub, ast.NamedExpr):
+            assigned.setdefault(sub.target.id, set()).add(ref(sub.value))
+        elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+            for name, how in import_bindings(sub):
+                facts.imports[name] = how
+        elif isinstance(sub, ast.Assert):
+            facts.validates.extend(n for n in _checked_names(sub.test) if n in all_params)
+        elif isinstance(sub, ast.If) and _raises(sub.body):
+            facts.validates.extend(n for n in _checked_names(sub.test) if n in all_params)
+        elif isinstance(sub, (ast.With, ast.AsyncWith)):
+            for item in sub.items:
+                if item.optional_vars is not None:
+                    for name in _target_names(item.optional_vars):
+                        assigned.setdefault(name, set()).add(None)
+    for name, values in assigned.items():
+        if len(values) == 1:
+            (value,) = values
+            if value is not None and name not in all_params:
+                facts.aliases[name] = value
+    facts.validates = sorted(set(facts.validates))
+    return facts
+
+
+def _self_attr(value: ast.AST | None) -> list | None:
+    """How `self.x = value` binds x: a new instance, a function, a partial of one."""
+    if isinstance(value, ast.Call):
+        fn = ref(value.func)
+        if fn is None:
+            return None
+        if last_name(value.func) == "partial" and value.args:
+            inner = ref(value.args[0])
+            return ["partial", inner] if inner else None
+        return ["new", fn]
+    r = ref(value)
+    return ["ref", r] if r else None
+
+
+def definitions(stmts: Iterable[ast.stmt], prefix: str = "", cls: str | None = None) -> Iterator[tuple[str, str | None, ast.AST]]:
+    """(qualname, enclosing class, node) of every function and class under `stmts`, nested ones
+    included, with Python's qualified names (`f.<locals>.g`)."""
+    for st in stmts:
+        for node in _defs_in(st):
+            qual = prefix + node.name
+            if isinstance(node, ast.ClassDef):
+                yield qual, cls, node
+                yield from definitions(node.body, qual + ".", qual)
+            else:
+                yield qual, cls, node
+                yield from definitions(node.body, qual + ".<locals>.", None)
+
+
+def _defs_in(st: ast.stmt) -> Iterator[ast.AST]:
+    """Definitions bound by this statement at its own level (also inside if/try/with)."""
+    if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
+        yield st
+        return
+    for attr in ("body", "orelse", "finalbody"):
+        body = getattr(st, attr, None)
+        if isinstance(body, list):
+            for sub in body:
+                if isinstance(sub, ast.stmt):
+                    yield from _defs_in(sub)
+    for handler in getattr(st, "handlers", None) or []:
+        for sub in handler.body:
+            yield from _defs_in(sub)
+    for case in getattr(st, "cases", None) or []:
+        for sub in case.body:
+            yield from _defs_in(sub)

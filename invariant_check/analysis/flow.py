@@ -1,0 +1,429 @@
+"""Control facts of one function: the order of its calls and bindings on every path.
+
+`Flow(node)` is a control-flow graph whose nodes are *events* (a call, after its arguments;
+the binding of a name) and *conditions* (a branch taken: `if self.share:` true). Paths are
+walked with `Flow.search`, which stops where the caller's classifier says so and prunes a
+branch whose condition contradicts what is known where the search started (a switch under
+`if self.share:` does not take the `else` of a later `if self.share:`).
+
+Conditions are *atoms*: the source of a test (`self.share`, `step == 1`), with `and`/`or`/`not`
+split where that is exact. An atom is *stable* in a function when nothing it reads is
+assigned there; only stable atoms are known across the path.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator
+
+from .facts import FUNCS, ref
+
+ENTRY, EXIT = -1, -2
+Atom = tuple[str, bool]  # (source, polarity)
+
+
+@dataclass
+class Node:
+    index: int
+    kind: str  # 'call', 'bind', 'cond', 'join'
+    node: ast.AST | None = None  # the Call / the binding statement / the test
+    name: str | None = None  # bound name for 'bind'
+    atoms: tuple[Atom, ...] = ()  # for 'cond': what taking this branch asserts
+    conds: tuple[Atom, ...] = ()  # branch conditions around it (innermost last)
+    loops: tuple[int, ...] = ()  # ids of the loops around it (innermost last)
+
+
+@dataclass
+class Loop:
+    index: int
+    node: ast.AST
+    head: int  # the node a new iteration starts from
+    members: set[int] = field(default_factory=set)  # nodes inside the loop (body, test)
+
+
+def atom_source(test: ast.AST) -> str:
+    try:
+        return ast.unparse(test)
+    except Exception:  # a node unparse cannot print: compare by structure
+        return ast.dump(test)
+
+
+def atoms_of(test: ast.AST, polarity: bool) -> tuple[Atom, ...]:
+    """What taking a branch of `test` with `polarity` asserts, as atoms."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        return atoms_of(test.operand, not polarity)
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.And) and polarity:
+            return tuple(a for v in test.values for a in atoms_of(v, True))
+        if isinstance(test.op, ast.Or) and not polarity:
+            return tuple(a for v in test.values for a in atoms_of(v, False))
+    return ((atom_source(test), polarity),)
+
+
+class Flow:
+    def __init__(self, func: ast.AST) -> None:
+        self.func = func
+        self.nodes: list[Node] = []
+        self.succ: dict[int, set[int]] = {ENTRY: set()}
+        self.pred: dict[int, set[int]] = {EXIT: set()}
+        self.loops: list[Loop] = []
+        self._conds: list[Atom] = []
+        self._loops: list[int] = []
+        self._breaks: list[list[int]] = []
+        self._continues: list[list[int]] = []
+        self._finally: list[list[int]] = []
+        self.by_call: dict[int, int] = {}  # id(ast.Call) -> node index
+        body = func.body if isinstance(func, (*FUNCS, ast.Module)) else [func]
+        ends = self._block(body, {ENTRY})
+        self._link(ends, EXIT)
+        self.assigned: set[str] = _assigned_names(func)
+
+    # -- building ------------------------------------------------------------------------
+    def _new(self, kind: str, node: ast.AST | None = None, name: str | None = None, atoms=()) -> int:
+        idx = len(self.nodes)
+        self.nodes.append(Node(idx, kind, node, name, tuple(atoms), tuple(self._conds), tuple(self._loops)))
+        self.succ[idx] = set()
+        self.pred[idx] = set()
+        for loop in self._loops:
+            self.loops[loop].members.add(idx)
+        return idx
+
+    def _link(self, froms: Iterable[int], to: int) -> None:
+        for f in froms:
+            self.succ.setdefault(f, set()).add(to)
+            self.pred.setdefault(to, set()).add(f)
+
+    def _chain(self, preds: set[int], idx: int) -> set[int]:
+        self._link(preds, idx)
+        return {idx}
+
+    def _expr(self, expr: ast.AST | None, preds: set[int]) -> set[int]:
+        """Events of an expression in evaluation order; short circuits branch."""
+        if expr is None:
+            return preds
+        if isinstance(expr, (ast.Lambda,)):
+            return preds
+        if isinstance(expr, ast.Call):
+            preds = self._expr(expr.func, preds)
+            for a in expr.args:
+                preds = self._expr(a, preds)
+            for k in expr.keywords:
+                preds = self._expr(k.value, preds)
+            idx = self._new("call", expr)
+            self.by_call[id(expr)] = idx
+            return self._chain(preds, idx)
+        if isinstance(expr, ast.BoolOp):
+            preds = self._expr(expr.values[0], preds)
+            out = set(preds)
+            for value in expr.values[1:]:
+                preds = self._expr(value, preds)
+                out |= preds
+            return out
+        if isinstance(expr, ast.IfExp):
+            preds = self._expr(expr.test, preds)
+            return self._expr(expr.body, preds) | self._expr(expr.orelse, preds)
+        if isinstance(expr, (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)):
+            # the first iterable runs once; the rest may run any number of times
+            gens = expr.generators
+            preds = self._expr(gens[0].iter, preds)
+            head = self._new("join", expr)
+            self._link(preds, head)
+            cur = {head}
+            for i, gen in enumerate(gens):
+                if i:
+                    cur = self._expr(gen.iter, cur)
+                for cond in gen.ifs:
+                    cur = self._expr(cond, cur)
+            parts = [expr.key, expr.value] if isinstance(expr, ast.DictComp) else [expr.elt]
+            for part in parts:
+                cur = self._expr(part, cur)
+            self._link(cur, head)
+            return {head}
+        if isinstance(expr, ast.NamedExpr):
+            preds = self._expr(expr.value, preds)
+            return self._chain(preds, self._new("bind", expr, expr.target.id))
+        for child in ast.iter_child_nodes(expr):
+            if isinstance(child, ast.expr):
+                preds = self._expr(child, preds)
+        return preds
+
+    def _bind_targets(self, target: ast.AST, stmt: ast.AST, preds: set[int]) -> set[int]:
+        for name in _names_bound(target):
+            preds = self._chain(preds, self._new("bind", stmt, name))
+        # subscript/attribute targets evaluate their parts
+        if isinstance(target, (ast.Attribute, ast.Subscript)):
+            preds = self._expr(target, preds)
+        return preds
+
+    def _block(self, stmts: list[ast.stmt], preds: set[int]) -> set[int]:
+        for st in stmts:
+            if not preds:
+                break  # unreachable after return/raise/break/continue
+            preds = self._stmt(st, preds)
+        return preds
+
+    def _branch(self, test: ast.AST, polarity: bool, preds: set[int]) -> set[int]:
+        atoms = atoms_of(test, polarity)
+        idx = self._new("cond", test, atoms=atoms)
+        self._link(preds, idx)
+        return {idx}
+
+    def _stmt(self, st: ast.stmt, preds: set[int]) -> set[int]:
+        if isinstance(st, (*FUNCS, ast.ClassDef)):
+            for d in st.decorator_list:
+                preds = self._expr(d, preds)
+            return self._chain(preds, self._new("bind", st, st.name))
+        if isinstance(st, ast.Expr):
+            return self._expr(st.value, preds)
+        if isinstance(st, ast.Assign):
+            preds = self._expr(st.value, preds)
+            for t in st.targets:
+                preds = self._bind_targets(t, st, preds)
+            return preds
+        if isinstance(st, (ast.AnnAssign, ast.AugAssign)):
+            preds = self._expr(st.value, preds)
+            return self._bind_targets(st.target, st, preds)
+        if isinstance(st, ast.Return):
+            preds = self._expr(st.value, preds)
+            self._link(preds, EXIT)
+            return set()
+        if isinstance(st, ast.Raise):
+            self._expr(st.exc, preds)
+            return set()  # an aborted run: no later step follows on this path
+        if isinstance(st, ast.If):
+            preds = self._expr(st.test, preds)
+            ends: set[int] = set()
+            for polarity, body in ((True, st.body), (False, st.orelse)):
+                atoms = atoms_of(st.test, polarity)
+                start = self._branch(st.test, polarity, preds)
+                self._conds.extend(atoms)
+                ends |= self._block(body, start)
+                del self._conds[len(self._conds) - len(atoms) :]
+            return ends
+        if isinstance(st, (ast.For, ast.AsyncFor)):
+            preds = self._expr(st.iter, preds)
+            return self._loop(st, preds, target=st.target)
+        if isinstance(st, ast.While):
+            return self._loop(st, preds, test=st.test)
+        if isinstance(st, (ast.With, ast.AsyncWith)):
+            for item in st.items:
+                preds = self._expr(item.context_expr, preds)
+                if item.optional_vars is not None:
+                    preds = self._bind_targets(item.optional_vars, st, preds)
+            return self._block(st.body, preds)
+        if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            start = set(preds)
+            before = len(self.nodes)
+            body_end = self._block(st.body, preds)
+            inside = set(range(before, len(self.nodes))) | start
+            ends = self._block(st.orelse, body_end) if st.orelse else body_end
+            for handler in st.handlers:
+                hp = set(inside)
+                if handler.type is not None:
+                    hp = self._expr(handler.type, hp)
+                if handler.name:
+                    hp = self._chain(hp, self._new("bind", handler, handler.name))
+                ends |= self._block(handler.body, hp)
+            if st.finalbody:
+                ends = self._block(st.finalbody, ends | inside)
+            return ends
+        if isinstance(st, ast.Break):
+            if self._breaks:
+                self._breaks[-1].extend(preds)
+            return set()
+        if isinstance(st, ast.Continue):
+            if self._continues:
+                self._continues[-1].extend(preds)
+            return set()
+        if type(st).__name__ == "Match":
+            preds = self._expr(st.subject, preds)
+            ends: set[int] = set()
+            for case in st.cases:
+                cp = set(preds)
+                for name in _pattern_names(case.pattern):
+                    cp = self._chain(cp, self._new("bind", case, name))
+                if case.guard is not None:
+                    cp = self._expr(case.guard, cp)
+                ends |= self._block(case.body, cp)
+            return ends | preds
+        if isinstance(st, (ast.Delete,)):
+            for t in st.targets:
+                for name in _names_bound(t):
+                    preds = self._chain(preds, self._new("bind", st, name))
+            return preds
+        if isinstance(st, (ast.Import, ast.ImportFrom)):
+            for alias in st.names:
+                name = (alias.asname or alias.name).split(".")[0]
+                if name != "*":
+                    preds = self._chain(preds, self._new("bind", st, name))
+            return preds
+        if isinstance(st, ast.Assert):
+            preds = self._expr(st.test, preds)
+            atoms = atoms_of(st.test, True)
+            ok = self._new("cond", st.test, atoms=atoms)
+            self._link(preds, ok)
+            return {ok}
+        for child in ast.iter_child_nodes(st):
+            if isinstance(child, ast.expr):
+                preds = self._expr(child, preds)
+        return preds
+
+    def _loop(self, st: ast.AST, preds: set[int], *, target: ast.AST | None = None, test: ast.AST | None = None) -> set[int]:
+        loop_id = len(self.loops)
+        loop = Loop(loop_id, st, -1, set())
+        self.loops.append(loop)
+        self._loops.append(loop_id)
+        loop.head = self._new("join", st)
+        self._link(preds, loop.head)
+        self._breaks.append([])
+        self._continues.append([])
+        body_preds = {loop.head}
+        atoms: tuple[Atom, ...] = ()
+        if test is not None:
+            after_test = self._expr(test, body_preds)
+            exits = self._branch(test, False, after_test)
+            body_preds = self._branch(test, True, after_test)
+            atoms = atoms_of(test, True)
+            self._conds.extend(atoms)
+        else:
+            exits = {loop.head}
+        if target is not None:
+            body_preds = self._bind_targets(target, st, body_preds)
+        body_end = self._block(st.body, body_preds)
+        if atoms:
+            del self._conds[len(self._conds) - len(atoms) :]
+        self._link(body_end, loop.head)
+        self._link(self._continues.pop(), loop.head)
+        breaks = self._breaks.pop()
+        self._loops.pop()
+        ends = set(exits)
+        if getattr(st, "orelse", None):
+            ends = self._block(st.orelse, ends)
+        return ends | set(breaks)
+
+    # -- queries ---------------------------------------------------------------------------
+    def stable(self, atom: Atom) -> bool:
+        """Whether an atom means the same wherever it is read in this function."""
+        try:
+            expr = ast.parse(atom[0], mode="eval").body
+        except SyntaxError:
+            return False
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Name) and node.id in self.assigned:
+                return False
+            if isinstance(node, ast.Attribute):
+                r = ref(node)
+                if r is not None and r in self.assigned:
+                    return False
+        return True
+
+    def known_at(self, idx: int) -> dict[str, bool]:
+        """The stable atoms that hold at node `idx` (from the branches around it)."""
+        return {a: p for a, p in self.nodes[idx].conds if a and self.stable((a, p))}
+
+    def search(
+        self,
+        start: int,
+        forward: bool,
+        stop: Callable[[Node], str | None],
+        known: dict[str, bool] | None = None,
+        assume: Callable[[Atom], bool | None] | None = None,
+    ) -> dict[str, list[list[int]]]:
+        """Walk every path from `start` (excluded) in one direction. `stop(node)` ends a path
+        with a verdict ('hit', 'block', ...) or lets it go on (None). Returns, per verdict, the
+        paths that ended so (as node lists); the ends of the function are verdict 'end'.
+
+        A `cond` node whose atoms contradict `known` (or what `assume` says of an atom) is not
+        taken. Each node is visited once per search (paths through a loop are cut at the
+        second visit, which cannot add a new verdict).
+        """
+        known = dict(known or {})
+        edges = self.succ if forward else self.pred
+        out: dict[str, list[list[int]]] = {}
+        seen: set[int] = set()
+        stack: list[tuple[int, list[int]]] = [(n, [n]) for n in sorted(edges.get(start, ()))]
+        while stack:
+            idx, path = stack.pop()
+            if idx in seen:
+                continue
+            seen.add(idx)
+            if idx in (ENTRY, EXIT):
+                out.setdefault("end", []).append(path)
+                continue
+            node = self.nodes[idx]
+            if node.kind == "cond" and not _consistent(node.atoms, known, assume):
+                continue
+            verdict = stop(node)
+            if verdict is not None:
+                out.setdefault(verdict, []).append(path)
+                continue
+            for nxt in sorted(edges.get(idx, ())):
+                if nxt not in seen:
+                    stack.append((nxt, path + [nxt]))
+        return out
+
+    def loops_of(self, idx: int) -> list[Loop]:
+        return [self.loops[i] for i in self.nodes[idx].loops]
+
+    def calls(self) -> Iterator[Node]:
+        return (n for n in self.nodes if n.kind == "call")
+
+
+def _consistent(atoms: tuple[Atom, ...], known: dict[str, bool], assume) -> bool:
+    for source, polarity in atoms:
+        if source in known and known[source] != polarity:
+            return False
+        if assume is not None:
+            fixed = assume((source, polarity))
+            if fixed is not None and fixed != polarity:
+                return False
+    return True
+
+
+def _names_bound(target: ast.AST) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _names_bound(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _names_bound(target.value)
+
+
+def _pattern_names(pattern: ast.AST) -> Iterator[str]:
+    for node in ast.walk(pattern):
+        name = getattr(node, "name", None)
+        if isinstance(name, str) and type(node).__name__ in ("MatchAs", "MatchStar"):
+            yield name
+        rest = getattr(node, "rest", None)
+        if isinstance(rest, str):
+            yield rest
+
+
+def _assigned_names(func: ast.AST) -> set[str]:
+    """Names and attribute refs (`self.x`) bound anywhere in the function's own scope."""
+    out: set[str] = set()
+    from .facts import walk_local
+
+    for node in walk_local(func):
+        targets: list[ast.AST] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+        elif isinstance(node, ast.NamedExpr):
+            targets = [node.target]
+        for t in targets:
+            for sub in ast.walk(t):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    out.add(sub.id)
+                elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store):
+                    r = ref(sub)
+                    if r:
+                        out.add(r)
+    return out

@@ -1,0 +1,129 @@
+"""What a rule is handed: one definition of a linted file, with the project around it."""
+
+from __future__ import annotations
+
+import ast
+from functools import cached_property
+from typing import TYPE_CHECKING, Callable
+
+from .flow import Flow
+from .project import ClassInfo, FunctionInfo, Module, Project, Scope, Symbol
+from .source import Source
+from .summaries import Summaries
+from .values import Finding as ValueFinding
+from .values import LastValues
+
+if TYPE_CHECKING:
+    pass
+
+MODULE_CODE = "<module>"
+
+
+class Span:
+    """A position to report that is no node of its own (the name of a class or function)."""
+
+    def __init__(self, lineno: int, col_offset: int, end_lineno: int, end_col_offset: int) -> None:
+        self.lineno, self.col_offset = lineno, col_offset
+        self.end_lineno, self.end_col_offset = end_lineno, end_col_offset
+
+
+def name_span(source: Source, node: ast.AST) -> Span:
+    """Where the name of a `def`/`class` statement is (ast has no node for it)."""
+    name = getattr(node, "name", "")
+    line = source.line_text(node.lineno).encode("utf-8")
+    at = line.find(name.encode("utf-8"), node.col_offset)
+    if at < 0:
+        return Span(node.lineno, node.col_offset, node.lineno, node.col_offset)
+    return Span(node.lineno, at, node.lineno, at + len(name.encode("utf-8")))
+
+
+class Context:
+    """What every view of one run shares: the project, and summaries per depth."""
+
+    def __init__(self, project: Project) -> None:
+        self.project = project
+        self._summaries: dict[int, Summaries] = {}
+
+    def summaries(self, depth: int = 4) -> Summaries:
+        got = self._summaries.get(depth)
+        if got is None:
+            got = self._summaries[depth] = Summaries(self.project, depth)
+        return got
+
+
+class FunctionView:
+    """A function (or a module's top-level code, `qual == "<module>"`) of a linted file."""
+
+    def __init__(self, ctx: Context, module: Module, node: ast.AST, qual: str) -> None:
+        self.ctx = ctx
+        self.project = ctx.project
+        self.module = module
+        self.node = node
+        self.qual = qual
+
+    @cached_property
+    def info(self) -> FunctionInfo | None:
+        """The function's facts in the project model (None for module code); built on first
+        use, as most functions a rule looks at never need them."""
+        if self.qual == MODULE_CODE:
+            return None
+        return self.module.function(self.qual)
+
+    @property
+    def source(self) -> Source:
+        return self.module.source
+
+    @property
+    def name(self) -> str:
+        return self.qual.rsplit(".", 1)[-1]
+
+    def owner(self) -> ClassInfo | None:
+        return self.info.owner() if self.info is not None else None
+
+    def scope(self, self_cls: ClassInfo | None = None) -> Scope:
+        facts = self.info.facts if self.info is not None else None
+        owner = self.owner()
+        return Scope(self.module, facts, owner, self_cls or owner)
+
+    def resolve(self, spelled: str | None, self_cls: ClassInfo | None = None) -> Symbol:
+        from .project import UNKNOWN
+
+        if not spelled:
+            return UNKNOWN
+        return self.project.resolve(self.module, spelled, self.scope(self_cls))
+
+    @cached_property
+    def flow(self) -> Flow:
+        return Flow(self.node)
+
+    def last_values(self, is_validator: Callable[[ast.Call, int], bool] | None = None) -> list[ValueFinding]:
+        return LastValues(self.node, is_validator, self.source).run()
+
+    def text(self, node: ast.AST) -> str:
+        return self.source.segment(node)
+
+    def name_span(self, node: ast.AST | None = None) -> Span:
+        return name_span(self.source, node if node is not None else self.node)
+
+
+class ClassView:
+    def __init__(self, ctx: Context, module: Module, node: ast.ClassDef, info: ClassInfo) -> None:
+        self.ctx = ctx
+        self.project = ctx.project
+        self.module = module
+        self.node = node
+        self.info = info
+
+    @property
+    def source(self) -> Source:
+        return self.module.source
+
+    @property
+    def qual(self) -> str:
+        return self.info.qual
+
+    def text(self, node: ast.AST) -> str:
+        return self.source.segment(node)
+
+    def name_span(self, node: ast.AST | None = None) -> Span:
+        return name_span(self.source, node if node is not None else self.node)

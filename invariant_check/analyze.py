@@ -1,0 +1,269 @@
+"""Stages 2-4 for one file: pick the definitions each rule needs (from the outline, without
+parsing), parse those, run the rules over the project model, turn reports into candidates.
+
+Never raises: a file that cannot be decoded or parsed is an error of that file; a rule that
+raises is an error of that rule in that file, and the other rules still report there.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator
+
+from .analysis import facts as F
+from .analysis.needs import Everything, Need
+from .analysis.outline import CLASS, HEAD, Chunk
+from .analysis.project import Module
+from .analysis.views import MODULE_CODE, ClassView, Context, FunctionView
+from .records import Outcome, ScanRecord
+from .rule import Report, Rule
+from .types import Candidate, FileError, Finding
+
+
+@dataclass
+class Plan:
+    """The rules of a run, instantiated once, with their derived needs."""
+
+    rules: list[Rule]
+    needs: dict[str, Need]
+    prefilter: bool = True
+
+    @classmethod
+    def build(cls, rule_classes: Iterable[type[Rule]], options: dict[str, dict[str, Any]], prefilter: bool = True) -> Plan:
+        rules = [r(options[r.CODE]) for r in rule_classes if not r.EMITTED_BY_ENGINE]
+        needs = {r.CODE: (r.needs(r.options) if prefilter else Everything()) for r in rules}
+        return cls(rules, needs, prefilter)
+
+    def codes_for(self, data: bytes, lower: bytes | None = None) -> tuple[str, ...]:
+        """Rules whose needs these bytes may meet (the scan's necessary condition)."""
+        lower = data.lower() if lower is None else lower
+        return tuple(r.CODE for r in self.rules if self.needs[r.CODE].quick(data, lower))
+
+
+def analyze(ctx: Context, module: Module, rec: ScanRecord, plan: Plan) -> Outcome:
+    out = Outcome()
+    tracker = ctx.project.tracker
+    with tracker.frame() as deps:
+        try:
+            _analyze(ctx, module, rec, plan, out)
+        except RecursionError:
+            out.errors.append(FileError(rec.shown, "cannot lint: nesting too deep"))
+            out.parsed = False
+    out.deps = _dep_records(ctx, module, deps)
+    return out
+
+
+def _analyze(ctx: Context, module: Module, rec: ScanRecord, plan: Plan, out: Outcome) -> None:
+    rules = [r for r in plan.rules if r.CODE in rec.rules]
+    if not rules:
+        return
+    text = module.source.text
+    if module.error:
+        out.errors.append(FileError(rec.shown, module.error))
+        out.parsed = False
+        return
+    picks = _pick(module, rules, plan)
+    # parse what was picked; a chunk that does not parse alone turns the file into one chunk
+    for chunk in _chunks_of(picks):
+        module.statements(chunk)
+    if module._whole is not None:
+        if module.error:
+            out.errors.append(_syntax_error(rec.shown, module))
+            out.parsed = False
+            return
+        picks = _pick(module, rules, plan)
+    failed: list[str] = []
+    for rule in rules:
+        try:
+            reports = _run_all(ctx, module, rule, picks.get(rule.CODE, ()))
+        except RecursionError:
+            failed.append(f"{rule.CODE}: nesting too deep")
+            continue
+        except Exception as exc:  # a bug in one rule must not silence the others
+            failed.append(f"{rule.CODE}: {_one_line(exc)}")
+            continue
+        for rep, root in reports:
+            out.candidates.append(_candidate(module, rule, rep, root, rec.shown))
+    if failed:
+        out.errors.append(FileError(rec.shown, "internal error in a rule: " + "; ".join(failed)))
+
+
+# -- picking definitions ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pick:
+    kind: str  # 'chunk' (functions or classes in it), 'module' (top-level code)
+    chunk: Chunk | None = None
+
+
+def _pick(module: Module, rules: list[Rule], plan: Plan) -> dict[str, list[_Pick]]:
+    raw = module.source.text
+    picks: dict[str, list[_Pick]] = {}
+    # the whole text first: a file it fails is never outlined (the text holds every chunk's)
+    rules = [r for r in rules if plan.needs[r.CODE].holds(raw)]
+    if not rules:
+        return picks
+    ol = module.outline
+    text = ol.masked()
+    code_span = None
+    for rule in rules:
+        need = plan.needs[rule.CODE]
+        chosen: list[_Pick] = []
+        if rule.SCOPE == "class":
+            for chunk in ol.top():
+                if need.holds(text, chunk.start, max(chunk.end, chunk.span_end)):
+                    chosen.append(_Pick("chunk", chunk))
+                    chosen.extend(_Pick("chunk", c) for c in ol.children(chunk))
+        else:
+            chosen.extend(_Pick("chunk", c) for c in module.leaf_chunks(need))
+            if code_span is None:
+                code = module.module_code_chunks()
+                # one span from the first to the last: module code is read in order across
+                # chunks, so the needs are checked on text that holds all of it
+                code_span = (min(c.start for c in code), max(c.end for c in code)) if code else ()
+            if code_span and need.holds(text, *code_span):
+                chosen.append(_Pick("module"))
+        picks[rule.CODE] = chosen
+    return picks
+
+
+def _chunks_of(picks: dict[str, list[_Pick]]) -> list[Chunk]:
+    seen: dict[int, Chunk] = {}
+    for chosen in picks.values():
+        for p in chosen:
+            if p.chunk is not None:
+                seen.setdefault(p.chunk.index, p.chunk)
+    return [seen[k] for k in sorted(seen)]
+
+
+def _run_all(ctx: Context, module: Module, rule: Rule, picks) -> list:
+    return list(_run(ctx, module, rule, picks))
+
+
+def module_code(module: Module) -> ast.Module:
+    """A module's top-level statements (not the bodies of its definitions), in order."""
+    stmts: list[ast.stmt] = []
+    for chunk in module.module_code_chunks():
+        own, trailing = module.statements(chunk)
+        stmts.extend(trailing if chunk.parent is not None else own)
+    stmts.sort(key=lambda s: (s.lineno, s.col_offset))
+    return ast.Module(body=stmts, type_ignores=[])
+
+
+def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> Iterator[tuple[Report, ast.AST]]:
+    ol = module.outline
+    for pick in picks:
+        if pick.kind == "module":
+            if rule.SCOPE != "class":
+                node = module_code(module)
+                view = FunctionView(ctx, module, node, MODULE_CODE)
+                for rep in rule.check_function(view):
+                    yield rep, node
+            continue
+        chunk = pick.chunk
+        own, trailing = module.statements(chunk)
+        prefix, cls = "", None
+        if chunk.parent is not None and not ol.whole:
+            cls = ol.chunks[chunk.parent].name
+            prefix = f"{cls}."
+        for stmts, pre, owner in ((own, prefix, cls), (trailing, "", None)):
+            for qual, _, node in F.definitions(stmts, pre, owner):
+                if isinstance(node, ast.ClassDef):
+                    if rule.SCOPE != "class":
+                        continue
+                    if chunk.kind == CLASS and chunk.parent is None and qual != chunk.name and "." not in qual:
+                        continue
+                    info = module.klass(qual)
+                    if info is None:
+                        continue
+                    for rep in rule.check_class(ClassView(ctx, module, node, info)):
+                        yield rep, node
+                elif rule.SCOPE != "class":
+                    view = FunctionView(ctx, module, node, qual)
+                    for rep in rule.check_function(view):
+                        yield rep, node
+
+
+# -- reports to candidates ------------------------------------------------------------------
+
+
+def _candidate(module: Module, rule: Rule, rep: Report, root: ast.AST, shown: str) -> Candidate:
+    src = module.source
+    node = rep.node
+    line = node.lineno
+    end_line = getattr(node, "end_lineno", None) or line
+    col = src.column(line, node.col_offset)
+    end_col = src.column(end_line, getattr(node, "end_col_offset", None) or node.col_offset)
+    finding = Finding(
+        shown, line, col, end_line, end_col, rule.CODE, rule.NAME, rep.message,
+        rep.hint if rep.hint is not None else rule.HINT, rep.data or None,
+    )
+    return Candidate(finding, statement_line(root, node))
+
+
+def statement_line(root: ast.AST, node: ast.AST) -> int:
+    """First line of the innermost statement holding `node` (its first decorator for a
+    decorated definition): where a suppression comment may also sit."""
+    best = node.lineno
+    pos = (node.lineno, node.col_offset)
+    stack = [root]
+    while stack:
+        cur = stack.pop()
+        for child in ast.iter_child_nodes(cur):
+            if not isinstance(child, ast.stmt):
+                if isinstance(child, (ast.excepthandler,)) or type(child).__name__ == "match_case":
+                    stack.append(child)
+                continue
+            start = (child.lineno, child.col_offset)
+            end = (getattr(child, "end_lineno", child.lineno), getattr(child, "end_col_offset", child.col_offset))
+            if start <= pos <= end:
+                decorators = getattr(child, "decorator_list", None)
+                best = decorators[0].lineno if decorators else child.lineno
+                stack.append(child)
+    return best
+
+
+def _syntax_error(shown: str, module: Module) -> FileError:
+    try:
+        compile(module.source.text, shown, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+    except SyntaxError as exc:
+        msg = " ".join(str(exc.msg).split()) or "invalid syntax"
+        if any(m in msg for m in ("too many nested", "too complex", "nested too deeply", "too many levels")):
+            return FileError(shown, f"cannot parse: nesting too deep ({msg})")
+        return FileError(shown, f"syntax error: {msg}", exc.lineno, max(1, exc.offset or 1) if exc.lineno else None)
+    except (RecursionError, MemoryError):
+        return FileError(shown, "cannot parse: nesting too deep")
+    except Exception as exc:
+        return FileError(shown, f"cannot parse: {_one_line(exc)}")
+    return FileError(shown, module.error or "cannot parse")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _dep_records(ctx: Context, module: Module, deps: set) -> list[list[Any]]:
+    out = []
+    own = str(module.path)
+    for dep in sorted(deps, key=repr):
+        kind = dep[0]
+        if kind == "file":
+            if dep[1] == own:
+                continue
+            other = ctx.project.modules.get(_as_path(dep[1]))
+            digest = ctx.project.digest_of(other) if other is not None else None
+            out.append(["file", dep[1], digest])
+        elif kind == "exists":
+            out.append(["exists", dep[1], dep[2]])
+        elif kind == "word":
+            out.append(["word", dep[1], list(dep[2])])
+    return out
+
+
+def _as_path(raw: str):
+    from pathlib import Path
+
+    return Path(raw)
