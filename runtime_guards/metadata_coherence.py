@@ -214,7 +214,7 @@ def _report(md: StepMetadata, failed: list[_Cond], site: str) -> None:
         shown = ", ".join(f"{k} = {v}" for k, v in values.items())
         runtime.violation(
             G, c.invariant,
-            f"{md.owner} draft step {step}, request row {row}: {c.field} breaks {c.relation} ({shown}; "
+            f"{md.owner} draft step {step}, request row {row}: {c.relation} does not hold ({shown}; "
             f"{int(bad.numel())} of {c.ok.numel()} rows)",
             {"field": c.field, "draft_step": md.draft_step, "row": row, **values, "bad_rows": int(bad.numel()),
              "num_reqs": md.num_reqs, "num_actual_tokens": md.num_tokens, "owner": md.owner},
