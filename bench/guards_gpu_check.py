@@ -1,26 +1,39 @@
-"""GPU check for the runtime guards (one prepared script for a session with a CUDA device).
+"""GPU check for the runtime guards: one prepared script for a machine with a CUDA device.
 
-Not run on the CPU machine this was written on (no GPU lent); see docs/guards.md.
-Needs only torch with CUDA and this repository (installed, or run from the repo root). Exits 0
-when every check passes, 1 on the first failure, 2 without a CUDA device.
+Not yet run on a GPU (written on a CPU-only machine; see docs/guards.md). Needs torch with CUDA
+and this repository (installed, or run from the repo root); the vLLM GPU build is not assumed:
+the guarded objects are stand-ins shaped like vLLM's (their method names, buffers and metadata
+fields). Exits 0 when every check passes, 1 on any failure, 2 without a CUDA device.
 
-Checks, on CUDA buffers, with a stand-in draft model shaped like vLLM's MTP predictors (the
-vLLM GPU build is not assumed to be installed):
- 1. eager, correct proposal: no violation, no host synchronisation inside the guarded calls
+    python bench/guards_gpu_check.py             # on a CUDA machine, about a minute
+    python bench/guards_gpu_check.py --cpu-smoke # the same sequence on CPU tensors, with the
+                                                 # read-back forced to deferred; no sync or
+                                                 # graph checks (tests/guards runs this)
+
+topk-layout (stand-in MTP predictor):
+ 1. eager, correct proposal: no violation, no host sync inside the guarded calls
     (torch.cuda.set_sync_debug_mode("error")), buffer compacted;
  2. eager, wrong slot ids / wrong rows: nothing reported synchronously, reported when the next
     proposal starts (deferred read-back), naming the failed condition;
  3. torch.cuda.graph capture of the reuse-mode forward and of a compaction with all-zero ids (as
     the v2 runner does): no host sync, no false alarm;
- 4. replay of the captured forward in a proposal without compaction: reported right after (at the
-    end of the proposal), because the eager set_skip_topk calls still run;
+ 4. replay of the captured forward in a proposal without compaction: reported right after;
  5. INVARIANT_CHECK_GUARDS_SYNC=eager: the same wrong ids reported at the call.
+metadata-coherence (stand-in v1 proposer whose build/propose are wrapped like vLLM's):
+ 6. coherent draft steps on CUDA metadata: no host sync, no violation at the next proposal;
+ 7. stale max_seq_len (the 0.13/0.14 bug): not reported synchronously, reported at the next
+    proposal naming max_seq_len, the draft step and the row; stale slot mapping likewise;
+ 8. the build called inside torch.cuda.graph capture: nothing queued, no sync, no false alarm;
+ 9. INVARIANT_CHECK_GUARDS_SYNC=eager: the stale max_seq_len raised at the build;
+10. pad-tail: idx_mapping left stale past the real requests (0.24 shape) reported at the next
+    proposal, the 0.32 shape (fill -1) quiet, no sync.
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import importlib.util
-import os
 import sys
 import traceback
 from pathlib import Path
@@ -30,7 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _import_guards():
     try:
-        import invariant_check.runtime_guards
+        import invariant_check.runtime_guards  # noqa: F401
     except ImportError:
         # Not installed: map the repo folders the way pyproject's package-dir does.
         sys.path.insert(0, str(REPO))
@@ -42,23 +55,63 @@ def _import_guards():
         mod = importlib.util.module_from_spec(spec)
         sys.modules["invariant_check.runtime_guards"] = mod
         spec.loader.exec_module(mod)
-    from invariant_check.runtime_guards import patcher, runtime, topk_layout
-    from invariant_check.runtime_guards.config import GUARD_NAMES, GuardConfig
-    from invariant_check.runtime_guards.errors import InvariantViolation
-    from invariant_check.runtime_guards.targets import patch_method
+    from invariant_check.runtime_guards import (
+        config,
+        deferred,
+        errors,
+        metadata_coherence,
+        patcher,
+        runtime,
+        topk_layout,
+    )
 
-    return patcher, runtime, topk_layout, GUARD_NAMES, GuardConfig, InvariantViolation, patch_method
+    return config, deferred, errors, metadata_coherence, patcher, runtime, topk_layout
 
 
 def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu-smoke", action="store_true", help="run the sequence on CPU tensors (no GPU checks)")
+    args = ap.parse_args()
     import torch
 
-    if not torch.cuda.is_available():
-        print("guards_gpu_check: no CUDA device", file=sys.stderr)
+    smoke = args.cpu_smoke
+    if not smoke and not torch.cuda.is_available():
+        print("guards_gpu_check: no CUDA device (use --cpu-smoke to run the sequence on CPU)", file=sys.stderr)
         return 2
-    patcher, runtime, topk_layout, GUARD_NAMES, GuardConfig, InvariantViolation, patch_method = _import_guards()
-    dev = torch.device("cuda")
+    config, deferred, errors, mc, patcher, runtime, topk_layout = _import_guards()
+    GuardConfig, GUARD_NAMES, InvariantViolation = config.GuardConfig, config.GUARD_NAMES, errors.InvariantViolation
+    dev = torch.device("cpu" if smoke else "cuda")
+    if smoke:
+        # CPU results are read at once; force the deferred read-back the GPU path takes.
+        deferred.immediate = lambda t: runtime.config() is not None and runtime.config().sync == "eager"
     ROWS, TOPK = 512, 256
+    failures: list[str] = []
+
+    def check(name, cond, detail=""):
+        print(f"{'PASS' if cond else 'FAIL'} {name} {detail}")
+        if not cond:
+            failures.append(name)
+
+    def skip(name):
+        print(f"SKIP {name} (CPU smoke)")
+
+    def synchronize():
+        if not smoke:
+            torch.cuda.synchronize()
+
+    @contextlib.contextmanager
+    def no_sync():
+        """Any host synchronisation inside raises (CUDA); nothing to watch on CPU."""
+        if smoke:
+            yield
+            return
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            yield
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+
+    # ------------------------------------------------------------------ topk-layout stand-ins
 
     class Attn(torch.nn.Module):
         def __init__(self, buf):
@@ -89,21 +142,107 @@ def main() -> int:
             self.out[:n] = self.buf[:n, 0].long()  # "sparse attention" reads one row per token
             return self.out[:n]
 
-    failures: list[str] = []
+    # ------------------------------------------------------------------ metadata-coherence stand-ins
 
-    def check(name, cond, detail=""):
-        print(f"{'PASS' if cond else 'FAIL'} {name} {detail}")
-        if not cond:
-            failures.append(name)
+    class Metadata:
+        """The fields of vLLM's CommonAttentionMetadata the guard reads."""
 
-    def install(mode="raise"):
+        def __init__(self, seq, table, block):
+            n = len(seq)
+            self.num_reqs = n
+            self.num_actual_tokens = n
+            self.max_query_len = 1
+            self.max_seq_len = max(seq)
+            self.seq_lens = torch.tensor(seq, dtype=torch.int32, device=dev)
+            self.seq_lens_cpu_upper_bound = torch.tensor(seq, dtype=torch.int32)
+            self.query_start_loc = torch.arange(n + 1, dtype=torch.int32, device=dev)
+            self.query_start_loc_cpu = torch.arange(n + 1, dtype=torch.int32)
+            self.block_table_tensor = torch.tensor(table, dtype=torch.int32, device=dev)
+            self.slot_mapping = torch.zeros(n, dtype=torch.int64, device=dev)
+            self.dcp_local_seq_lens = None
+
+    class Proposer:
+        """Named like vLLM's v1 proposer methods; one draft step = advance, then build."""
+
+        block_size = 16
+
+        def __init__(self):
+            self.positions = torch.zeros(64, dtype=torch.int64, device=dev)
+            self.built = 0
+
+        def advance(self, cad, stale_max_seq_len=False, stale_slots=False):
+            n = cad.num_reqs
+            pos = self.positions[:n]
+            pos += 1
+            cad.seq_lens += 1
+            cad.seq_lens_cpu_upper_bound += 1
+            if not stale_max_seq_len:
+                cad.max_seq_len += 1
+            if not stale_slots:
+                rows = torch.arange(n, device=dev)
+                blocks = cad.block_table_tensor[rows, pos // self.block_size].long()
+                cad.slot_mapping = blocks * self.block_size + pos % self.block_size
+
+        def build_per_group_and_layer_attn_metadata(self, common_attn_metadata, draft_index=0):
+            self.built += 1
+            return [], {}
+
+        def propose(self):
+            return None
+
+    seq = [20, 33, 50]
+    table = [[3, 7, 0, 0], [5, 9, 2, 0], [1, 4, 6, 8]]
+
+    def prepare(p):
+        """The proposal's step-0 state (host-to-device copies: outside the sync-checked regions)."""
+        cad = Metadata(seq, table, p.block_size)
+        p.positions[:3] = torch.tensor([s - 1 for s in seq], device=dev)
+        cad.seq_lens -= 1
+        cad.seq_lens_cpu_upper_bound -= 1
+        cad.max_seq_len -= 1
+        synchronize()
+        return cad
+
+    def draft_steps(p, cad, steps=3, **faults):
+        for k in range(1, steps):
+            p.advance(cad, **(faults if k == 1 else {}))
+            p.build_per_group_and_layer_attn_metadata(cad, draft_index=k)
+        return cad
+
+    def draft_proposal(p, steps=3, **faults):
+        return draft_steps(p, prepare(p), steps, **faults)
+
+    class Spec024:
+        """The 0.24 shape of `_copy_request_inputs` (PR #47066): padded rows left stale."""
+
+        def __init__(self, fill):
+            self.fill = fill
+            self.temperature = torch.zeros(8, device=dev)
+            self.seeds = torch.zeros(8, dtype=torch.int64, device=dev)
+            self.idx_mapping = torch.arange(8, dtype=torch.int32, device=dev) + 10
+            self.draft_logits = torch.zeros(1, device=dev)
+
+        def _copy_request_inputs(self, num_reqs, idx_mapping, temperature, seeds):
+            self.temperature.copy_(temperature)
+            self.seeds.copy_(seeds)
+            self.idx_mapping[:num_reqs].copy_(idx_mapping)
+            if self.fill:
+                self.idx_mapping[num_reqs:].fill_(-1)
+
+    def install(mode="raise", faults=(), sync="deferred"):
         patcher.uninstall()
         topk_layout.reset_states()
-        patcher.install(GuardConfig(guards=frozenset(GUARD_NAMES), mode=mode))
+        mc.reset()
+        patcher.install(GuardConfig(guards=frozenset(GUARD_NAMES), mode=mode, faults=frozenset(faults), sync=sync))
         for meth, wrap in (("set_skip_topk", topk_layout.wrap_set_skip_topk),
                            ("compact_topk_indices", topk_layout.wrap_compact),
                            ("forward", topk_layout.wrap_forward)):
-            patch_method("topk-layout", Predictor, meth, wrap)
+            patcher.patch_method("topk-layout", Predictor, meth, wrap)
+        patcher.patch_method("metadata-coherence", Proposer, "build_per_group_and_layer_attn_metadata",
+                             mc.wrap_v1_build)
+        patcher.patch_method("metadata-coherence", Proposer, "propose", mc.wrap_propose)
+        patcher.patch_method("metadata-coherence", Spec024, "_copy_request_inputs", mc.wrap_copy_request_inputs)
+        return runtime.reporter()
 
     class Md:
         def __init__(self, qsl):
@@ -141,105 +280,193 @@ def main() -> int:
 
     # 1. eager, correct
     try:
-        install("raise")
+        rep = install("raise")
         m = Predictor()
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
-        try:
+        synchronize()
+        with no_sync():
             proposal(m, good)
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
         m.set_skip_topk(False)  # flush
-        check("eager correct: no violation, no sync", runtime.reporter().violations == 0)
-        check("eager correct: compacted", m.buf[:4, 0].tolist() == [3000, 7000, 11000, 15000], str(m.buf[:4, 0].tolist()))
+        check("topk eager correct: no violation, no sync", rep.violations == 0)
+        check("topk eager correct: compacted", m.buf[:4, 0].tolist() == [3000, 7000, 11000, 15000],
+              str(m.buf[:4, 0].tolist()))
     except Exception:
         traceback.print_exc()
-        check("eager correct", False)
+        check("topk eager correct", False)
 
     # 2. eager, wrong ids: deferred
-    for label, ids in (("wrong slot ids", torch.tensor([7, 3, 11, 15], dtype=torch.int32, device=dev)),
-                       ("ids outside own request", torch.tensor([4, 7, 11, 15], dtype=torch.int32, device=dev))):
+    for label, ids in (("wrong slot ids", [7, 3, 11, 15]), ("ids outside own request", [4, 7, 11, 15])):
         try:
-            install("record")
+            rep = install("record")
             m = Predictor()
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                proposal(m, ids)
-                sync_free = runtime.reporter().violations == 0
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+            bad = torch.tensor(ids, dtype=torch.int32, device=dev)
+            with no_sync():
+                proposal(m, bad)
+                sync_free = rep.violations == 0
             m.set_skip_topk(False)  # next proposal: deferred read-back
-            check(f"eager {label}: not reported synchronously", sync_free)
-            check(f"eager {label}: reported at next proposal", runtime.reporter().violations >= 1)
+            check(f"topk eager {label}: not reported synchronously", sync_free)
+            check(f"topk eager {label}: reported at next proposal", rep.violations >= 1)
         except Exception:
             traceback.print_exc()
-            check(f"eager {label}", False)
+            check(f"topk eager {label}", False)
 
-    # wrong rows via a broken kernel
+    # wrong rows via a broken kernel (test fault)
     try:
-        install("record")
+        rep = install("record", faults=("wrong-rows",))
         m = Predictor()
-        os.environ["INVARIANT_CHECK_TEST_FAULT"] = "wrong-rows"
-        try:
-            proposal(m, good)
-        finally:
-            os.environ.pop("INVARIANT_CHECK_TEST_FAULT", None)
+        proposal(m, good)
         m.set_skip_topk(False)
-        check("eager wrong rows: compaction-result reported", runtime.reporter().violations >= 1)
+        check("topk eager wrong rows: compaction-result reported", rep.violations >= 1)
     except Exception:
         traceback.print_exc()
-        check("eager wrong rows", False)
+        check("topk eager wrong rows", False)
 
-    # 3. capture: reuse-mode forward and an all-zero compaction, no sync, no false alarm
-    try:
-        install("raise")
-        m = Predictor()
-        proposal(m, good)  # warm up
-        m.set_skip_topk(False)
-        with_qsl(qsl, lambda: m(tokens))
-        m.set_skip_topk(True)
-        zeros = torch.zeros(4, dtype=torch.int32, device=dev)
-        static_in = tokens[:4].clone()
-        g_compact, g_forward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
-        torch.cuda.synchronize()
-        torch.cuda.set_sync_debug_mode("error")
+    # 3./4. capture and replay
+    if smoke:
+        skip("topk capture/replay")
+    else:
         try:
-            with torch.cuda.graph(g_compact):
-                m.compact_topk_indices(zeros)  # v2 capture: all-zero dummy ids
-            with torch.cuda.graph(g_forward):
-                with_qsl(list(range(5)), lambda: m(static_in))
-        finally:
-            torch.cuda.set_sync_debug_mode("default")
-        m.set_skip_topk(False)
-        check("capture: no false alarm, no sync", runtime.reporter().violations == 0)
+            rep = install("raise")
+            m = Predictor()
+            proposal(m, good)  # warm up
+            m.set_skip_topk(False)
+            with_qsl(qsl, lambda: m(tokens))
+            m.set_skip_topk(True)
+            zeros = torch.zeros(4, dtype=torch.int32, device=dev)
+            static_in = tokens[:4].clone()
+            g_compact, g_forward = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+            synchronize()
+            with no_sync():
+                with torch.cuda.graph(g_compact):
+                    m.compact_topk_indices(zeros)  # v2 capture: all-zero dummy ids
+                with torch.cuda.graph(g_forward):
+                    with_qsl(list(range(5)), lambda: m(static_in))
+            m.set_skip_topk(False)
+            check("topk capture: no false alarm, no sync", rep.violations == 0)
 
-        # 4. replay in a proposal without compaction
-        install("record")
-        m2 = m  # same captured module; fresh guard state
-        m2.set_skip_topk(False)
-        m2.set_skip_topk(True)
-        g_forward.replay()  # the captured reuse-mode forward: no Python runs, as in a real FULL graph replay
-        m2.set_skip_topk(False)
-        check("replay without compaction: reported right after", runtime.reporter().violations >= 1)
-    except Exception:
-        traceback.print_exc()
-        check("capture/replay", False)
+            rep = install("record")
+            m.set_skip_topk(False)
+            m.set_skip_topk(True)
+            g_forward.replay()  # a captured reuse-mode forward: no Python runs, as in a FULL replay
+            m.set_skip_topk(False)
+            check("topk replay without compaction: reported right after", rep.violations >= 1)
+        except Exception:
+            traceback.print_exc()
+            check("topk capture/replay", False)
 
     # 5. eager sync switch
     try:
-        os.environ["INVARIANT_CHECK_GUARDS_SYNC"] = "eager"
-        install("raise")
+        install("raise", sync="eager")
         m = Predictor()
         raised = False
         try:
             proposal(m, torch.tensor([7, 3, 11, 15], dtype=torch.int32, device=dev))
         except InvariantViolation:
             raised = True
-        check("INVARIANT_CHECK_GUARDS_SYNC=eager: reported at the call", raised)
-    finally:
-        os.environ.pop("INVARIANT_CHECK_GUARDS_SYNC", None)
-        patcher.uninstall()
+        check("topk INVARIANT_CHECK_GUARDS_SYNC=eager: reported at the call", raised)
+    except Exception:
+        traceback.print_exc()
+        check("topk eager sync", False)
 
+    # 6. metadata-coherence: coherent steps
+    try:
+        rep = install("raise")
+        p = Proposer()
+        draft_proposal(p)  # warm up allocations
+        p.propose()
+        cad = prepare(p)
+        with no_sync():
+            draft_steps(p, cad)
+        queued = len(mc._queue)
+        p.propose()  # next proposal: read back
+        check("coherence correct: checks queued, no sync", queued >= 1 or smoke, f"{queued} queued")
+        check("coherence correct: no violation", rep.violations == 0 and rep.guard_errors == 0)
+    except Exception:
+        traceback.print_exc()
+        check("coherence correct", False)
+
+    # 7. stale max_seq_len and stale slot mapping: deferred
+    for label, fault, invariant in (("stale max_seq_len", {"stale_max_seq_len": True}, "max-seq-len"),
+                                    ("stale slot mapping", {"stale_slots": True}, "slot-mapping")):
+        try:
+            rep = install("record")
+            p = Proposer()
+            cad = prepare(p)
+            with no_sync():
+                draft_steps(p, cad, **fault)
+                sync_free = rep.violations == 0
+            p.propose()
+            check(f"coherence {label}: not reported synchronously", sync_free)
+            recs = rep.violations
+            check(f"coherence {label}: reported at next proposal", recs >= 1, f"{recs} violation(s)")
+        except Exception:
+            traceback.print_exc()
+            check(f"coherence {label}", False)
+    try:
+        install("raise")
+        p = Proposer()
+        draft_proposal(p, stale_max_seq_len=True)
+        try:
+            p.propose()
+            check("coherence stale max_seq_len names field/step/row", False, "nothing raised")
+        except InvariantViolation as exc:
+            v = exc.values
+            check("coherence stale max_seq_len names field/step/row",
+                  v.get("field") == "max_seq_len" and v.get("draft_step") == 1 and v.get("row") == 2, str(v))
+    except Exception:
+        traceback.print_exc()
+        check("coherence stale max_seq_len names field/step/row", False)
+
+    # 8. build inside graph capture
+    if smoke:
+        skip("coherence capture")
+    else:
+        try:
+            rep = install("raise")
+            p = Proposer()
+            cad = draft_proposal(p, stale_max_seq_len=True)  # queued: read back below
+            mc.reset()
+            graph = torch.cuda.CUDAGraph()
+            synchronize()
+            with no_sync():
+                with torch.cuda.graph(graph):
+                    p.build_per_group_and_layer_attn_metadata(cad, draft_index=2)
+            check("coherence capture: nothing queued, no sync",
+                  len(mc._queue) == 0 and rep.violations == 0 and p.built >= 1)
+        except Exception:
+            traceback.print_exc()
+            check("coherence capture", False)
+
+    # 9. eager sync switch
+    try:
+        install("raise", sync="eager")
+        raised = False
+        try:
+            draft_proposal(Proposer(), stale_max_seq_len=True)
+        except InvariantViolation as exc:
+            raised = exc.invariant == "max-seq-len"
+        check("coherence INVARIANT_CHECK_GUARDS_SYNC=eager: raised at the build", raised)
+    except Exception:
+        traceback.print_exc()
+        check("coherence eager sync", False)
+
+    # 10. pad-tail
+    try:
+        rep = install("record")
+        args3 = (torch.tensor([4, 1], dtype=torch.int32, device=dev), torch.ones(8, device=dev),
+                 torch.ones(8, dtype=torch.int64, device=dev))
+        synchronize()
+        with no_sync():
+            Spec024(fill=True)._copy_request_inputs(2, *args3)
+            Spec024(fill=False)._copy_request_inputs(2, *args3)
+            sync_free = rep.violations == 0
+        Proposer().propose()
+        check("pad-tail: not reported synchronously", sync_free)
+        check("pad-tail: the stale tail reported, the filled one not", rep.violations == 1, f"{rep.violations}")
+    except Exception:
+        traceback.print_exc()
+        check("pad-tail", False)
+
+    patcher.uninstall()
     print(f"\n{'OK' if not failures else 'FAILED: ' + ', '.join(failures)}")
     return 0 if not failures else 1
 

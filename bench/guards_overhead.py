@@ -5,8 +5,10 @@
    where register() was never called: nothing may differ and no import hook may be installed.
 2. Cost per guarded call on the real DeepSeek V3.2 MTP predictor of the installed vLLM (CPU,
    index_topk 2048 as in the released model): set_skip_topk, compact_topk_indices, the forward
-   wrapper's bookkeeping, build_per_group_and_layer_attn_metadata; then per draft proposal
-   (3 speculative tokens) with guards on versus off.
+   wrapper's bookkeeping, build_per_group_and_layer_attn_metadata (group-metadata alone, and
+   with metadata-coherence checking a real CommonAttentionMetadata of n requests per draft step),
+   the v2 speculator's metadata build and `_copy_request_inputs` (pad-tail); then per draft
+   proposal (3 speculative tokens) with all guards on versus off.
 
 Usage: .venv/bin/python bench/guards_overhead.py [--repeat N]
 """
@@ -30,10 +32,11 @@ import hashlib, importlib, inspect, json, os, sys
 if os.environ.get("BENCH_REGISTER") == "1":
     from invariant_check.runtime_guards import plugin
     plugin.register()
-from invariant_check.runtime_guards.targets import KNOWN_TARGETS, scan_topk_classes
+from invariant_check.runtime_guards.targets import TARGETS, candidate_modules, modules_named
 import importlib.util
 root = list(importlib.util.find_spec("vllm").submodule_search_locations)[0]
-mods = sorted({t.module for t in KNOWN_TARGETS} | {m for m, _ in scan_topk_classes(root)})
+mods = sorted(set(modules_named()) | {m for t in TARGETS if t.discovered for m in candidate_modules(root, t)})
+functions = {t.attr for t in TARGETS if t.is_function}
 ok = []
 for m in mods:
     try:
@@ -49,8 +52,8 @@ for m in ok:
                 if callable(fn):
                     code = getattr(fn, "__code__", None)
                     snap[f"{m}:{name}.{attr}"] = f"{getattr(fn, '__module__', '?')}:{code.co_filename if code else '?'}:{getattr(fn, '__invariant_check_wrapped__', False)}"
-        elif callable(val) and getattr(val, "__module__", "") and name == "set_forward_context":
-            snap[f"{m}:{name}"] = getattr(val, "__module__", "?")
+        elif callable(val) and name in functions:
+            snap[f"{m}:{name}"] = f"{getattr(val, '__module__', '?')}:{getattr(val, '__invariant_check_wrapped__', False)}"
 hooks = [type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith("invariant_check")]
 print("SNAPSHOT " + json.dumps({"modules": ok, "attrs": snap, "hooks": hooks}))
 """
@@ -95,11 +98,77 @@ def timeit(fn, repeat: int, inner: int) -> float:
     return statistics.median(samples)
 
 
+def v1_draft_step(n: int, block: int = 16):
+    """A real SpecDecodeBaseProposer (no __init__) and a coherent draft-step
+    CommonAttentionMetadata of n decode rows, as vLLM 0.32 builds it at draft step >= 1."""
+    import torch
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+    from vllm.v1.worker.utils import AttentionGroup
+
+    class Builder:  # stand-in for a GPU backend's metadata builder
+        def build_for_drafting(self, cad, draft_index):
+            return cad
+
+    gen = torch.Generator().manual_seed(n)
+    seq = torch.randint(20, 200, (n,), generator=gen, dtype=torch.int32)
+    table = torch.randperm(n * 16, generator=gen).view(n, 16).int()
+    pos = (seq - 1).long()
+    rows = torch.arange(n)
+    slots = table[rows, pos // block].long() * block + pos % block
+    p = SpecDecodeBaseProposer.__new__(SpecDecodeBaseProposer)
+    p.draft_attn_groups = [AttentionGroup(backend=None, layer_names=["draft.attn"], kv_cache_spec=None,
+                                          kv_cache_group_id=0, metadata_builders=[Builder()])]
+    p.allowed_attn_types, p.num_speculative_tokens = None, 3
+    p.uses_mrope, p.block_size = False, block
+    p.positions = torch.zeros(max(n, 8), dtype=torch.int64)
+    p.positions[:n] = pos
+    qsl = torch.arange(n + 1, dtype=torch.int32)
+    cad = CommonAttentionMetadata(
+        query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=seq, num_reqs=n, num_actual_tokens=n,
+        max_query_len=1, max_seq_len=int(seq.max()), block_table_tensor=table, slot_mapping=slots,
+        seq_lens_cpu_upper_bound=seq.clone())
+    return p, cad
+
+
+def v2_speculator(n: int, block: int = 16):
+    """A real MTPSpeculator (no __init__) with the buffers `_build_uniform_attn_metadata` reads,
+    and no attention groups (vLLM's build_attn_metadata then builds nothing GPU-only)."""
+    import types
+
+    import numpy as np
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.worker.gpu.spec_decode.mtp.speculator import MTPSpeculator
+
+    p, cad = v1_draft_step(n, block)
+    s = MTPSpeculator.__new__(MTPSpeculator)
+    s.arange_np = np.arange(n + 2)
+    s.max_model_len = s.draft_max_seq_len = 4096
+    s.dcp_size = 1
+    s.draft_is_prefilling = torch.zeros(n, dtype=torch.bool)
+    s.attn_groups = [[]]
+    spec = FullAttentionSpec(block_size=block, num_kv_heads=1, head_size=64, dtype=torch.bfloat16)
+    s.kv_cache_config = KVCacheConfig(num_blocks=n * 16, kv_cache_tensors=[],
+                                      kv_cache_groups=[KVCacheGroupSpec(["draft.attn"], spec)])
+    positions = torch.zeros(n + 8, dtype=torch.int64)
+    positions[:n] = p.positions[:n]
+    slot_mappings = torch.full((1, n + 8), -1, dtype=torch.int64)
+    slot_mappings[0, :n] = cad.slot_mapping
+    s.block_tables = types.SimpleNamespace(input_block_tables=[cad.block_table_tensor], slot_mappings=slot_mappings,
+                                           block_sizes=[block], cp_size=1)
+    s.input_buffers = types.SimpleNamespace(query_start_loc=cad.query_start_loc, seq_lens=cad.seq_lens,
+                                            positions=positions)
+    s.temperature, s.seeds = torch.zeros(n + 8), torch.zeros(n + 8, dtype=torch.int64)
+    s.idx_mapping = torch.zeros(n + 8, dtype=torch.int32)
+    return s, cad
+
+
 def per_call_costs(repeat: int) -> dict:
     sys.path.insert(0, str(REPO / "tests" / "guards"))
     import torch
-    from invariant_check.runtime_guards import patcher, topk_layout
-    from invariant_check.runtime_guards.config import GUARD_NAMES, GuardConfig
+    from invariant_check.runtime_guards import metadata_coherence, patcher, topk_layout
+    from invariant_check.runtime_guards.config import GROUP_METADATA, GUARD_NAMES, METADATA_COHERENCE, GuardConfig
     from guards_tiny_model import build_tiny_deepseek_mtp
     from guards_v32_module import build_v32_mtp, write_v32_config
 
@@ -113,9 +182,11 @@ def per_call_costs(repeat: int) -> dict:
     buf = inner.layers["1"].mtp_block.self_attn.topk_indices_buffer
     buf.copy_(torch.arange(buf.numel(), dtype=torch.int32).view_as(buf) % 100000)
 
+    from vllm.config.compilation import CUDAGraphMode
     from vllm.forward_context import set_forward_context
     from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
     from vllm.v1.worker.utils import AttentionGroup
 
     class Builder:  # stand-in for a GPU backend's metadata builder
@@ -134,15 +205,24 @@ def per_call_costs(repeat: int) -> dict:
         return None
 
     results: dict = {"buffer_shape": list(buf.shape), "torch_threads": 1}
+    sizes = (4, 64, 256)
+    steps = {n: v1_draft_step(n) for n in sizes}
+    specs = {n: v2_speculator(n) for n in sizes}
 
-    def measure(label_on: bool):
-        if label_on:
-            patcher.install(GuardConfig(guards=frozenset(GUARD_NAMES), mode="raise"))
+    def install(names):
+        patcher.uninstall()
         topk_layout.reset_states()
-        fwd = topk_layout.wrap_forward(noop_forward, cls) if label_on else noop_forward
+        metadata_coherence.reset()
+        if names:
+            patcher.install(GuardConfig(guards=frozenset(names), mode="raise"))
+
+    def measure(names: tuple[str, ...]):
+        install(names)
+        on = bool(names)
+        fwd = topk_layout.wrap_forward(noop_forward, cls) if on else noop_forward
         r = {}
         r["set_skip_topk"] = timeit(lambda: inner.set_skip_topk(False), repeat, 2000)
-        for n in (4, 64, 256):
+        for n in sizes:
             qsl = list(range(0, 4 * n + 1, 4))
             ids = torch.tensor([q - 1 for q in qsl[1:]], dtype=torch.int32)
 
@@ -163,26 +243,40 @@ def per_call_costs(repeat: int) -> dict:
                 t_fwd = timeit(lambda: fwd(inner, input_ids=ids_in), repeat, 2000)
             r[f"compact_topk_indices[{n} requests]"] = t_all - 2 * base_skip - t_fwd
             r[f"forward_bookkeeping[{n} requests]"] = t_fwd
-            r[f"proposal_k3[{n} requests]"] = None  # filled below
+            p, cad = steps[n]
+            t_step = timeit(lambda: p.build_per_group_and_layer_attn_metadata(cad, 1), repeat, 200)
+            r[f"draft_step_metadata[{n} requests]"] = t_step
             # One proposal with 3 speculative tokens: set_skip(F), fwd, set_skip(T), compact,
-            # 2 reuse fwds, and 3 metadata builds (1 group).
-            p1 = proposer(1)
-            t_build = timeit(lambda: p1.build_per_group_and_layer_attn_metadata(None, 1), repeat, 2000)
-            r[f"proposal_k3[{n} requests]"] = t_all + 2 * t_fwd + 3 * t_build
+            # 2 reuse fwds, and 3 metadata builds of n requests (1 group).
+            r[f"proposal_k3[{n} requests]"] = t_all + 2 * t_fwd + 3 * t_step
+            s, _ = specs[n]
+            desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=n, num_reqs=None)
+            ub = steps[n][1].seq_lens.clone()
+            r[f"v2_build_uniform_attn_metadata[{n} requests]"] = timeit(
+                lambda: s._build_uniform_attn_metadata(desc, n, 1, ub, 1), repeat, 200)
+            idx = torch.arange(n, dtype=torch.int32)
+            r[f"v2_copy_request_inputs[{n} requests]"] = timeit(
+                lambda: s._copy_request_inputs(n, idx, s.temperature, s.seeds), repeat, 500)
         for g in (1, 4):
             pg = proposer(g)
-            r[f"build_per_group_and_layer_attn_metadata[{g} groups]"] = timeit(
+            r[f"build_per_group_and_layer_attn_metadata[{g} groups, group-metadata]"] = timeit(
                 lambda: pg.build_per_group_and_layer_attn_metadata(None, 1), repeat, 2000)
-        if label_on:
-            patcher.uninstall()
+        install(())
         return r
 
-    off = measure(False)
-    on = measure(True)
+    from vllm.platforms import current_platform
+
+    current_platform.register_triton_kernel_overrides()
+    off = measure(())
+    on = measure(tuple(GUARD_NAMES))
+    only = {GROUP_METADATA: measure((GROUP_METADATA,)), METADATA_COHERENCE: measure((METADATA_COHERENCE,))}
     rows = []
     for key in off:
-        rows.append({"call": key, "off_us": round(off[key] * 1e6, 2), "on_us": round(on[key] * 1e6, 2),
-                     "added_us": round((on[key] - off[key]) * 1e6, 2)})
+        row = {"call": key, "off_us": round(off[key] * 1e6, 2), "on_us": round(on[key] * 1e6, 2),
+               "added_us": round((on[key] - off[key]) * 1e6, 2)}
+        if key.startswith(("draft_step_metadata", "v2_")):
+            row["added_by_metadata_coherence_us"] = round((only[METADATA_COHERENCE][key] - off[key]) * 1e6, 2)
+        rows.append(row)
     results["rows"] = rows
     stack.close()
     return results
@@ -211,9 +305,10 @@ def main() -> None:
         print(f"(for contrast, guards on: {p['replaced_with_guards_on']} attributes replaced, hooks {p['import_hooks_with_guards_on']})")
     pc = out["per_call"]
     print(f"\n== cost per call, CPU, 1 torch thread, real V3.2 MTP predictor, buffer {pc['buffer_shape']} int32 ==")
-    print(f"{'call':52} {'off us':>10} {'on us':>10} {'added us':>10}")
+    print(f"{'call':62} {'off us':>10} {'on us':>10} {'added us':>10} {'of which metadata-coherence':>28}")
     for r in pc["rows"]:
-        print(f"{r['call']:52} {r['off_us']:>10} {r['on_us']:>10} {r['added_us']:>10}")
+        mc = r.get("added_by_metadata_coherence_us", "")
+        print(f"{r['call']:62} {r['off_us']:>10} {r['on_us']:>10} {r['added_us']:>10} {mc:>28}")
     ok = not out.get("guards_off", {}).get("replaced_with_guards_off") and not out.get("guards_off", {}).get("import_hooks_with_guards_off")
     sys.exit(0 if ok else 1)
 

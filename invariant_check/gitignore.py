@@ -37,11 +37,21 @@ class IgnoreFile:
     base: str
     rules: tuple[_Rule, ...]
 
+    def __post_init__(self) -> None:
+        # Most paths match no line: one combined test per kind first, the ordered walk
+        # through the lines (last match wins) only when something matched.
+        names = [r.glob.regex.pattern for r in self.rules if not r.glob.anchored]
+        rels = [r.glob.regex.pattern for r in self.rules if r.glob.anchored]
+        object.__setattr__(self, "_names", re.compile("|".join(f"(?:{p})" for p in names) or "(?!)", re.DOTALL))
+        object.__setattr__(self, "_rels", re.compile("|".join(f"(?:{p})" for p in rels) or "(?!)", re.DOTALL))
+
     def decide(self, abspath: str, name: str, is_dir: bool) -> bool | None:
         """True: ignored, False: re-included, None: no line matches."""
         if not abspath.startswith(self.base.rstrip("/") + "/"):
             return None
         rel = abspath[len(self.base.rstrip("/")) + 1 :]
+        if self._names.fullmatch(name) is None and self._rels.fullmatch(rel) is None:
+            return None
         for rule in reversed(self.rules):
             if rule.glob.test(name, rel, abspath, is_dir):
                 return not rule.negated

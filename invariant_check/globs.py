@@ -170,14 +170,15 @@ def compile_path_glob(pattern: str, *, gitignore: bool = False) -> PathGlob:
     dir_only = body.endswith("/") and not body.endswith("\\/") and body.strip("/") != ""
     if dir_only:
         body = body.rstrip("/")
-    absolute = False
+    absolute = anchored = False
     if body.startswith("/") and not gitignore:
         absolute = True
         body = _normalise(body)
     elif body.startswith("/"):
         body = body.lstrip("/")
+        anchored = True
     toks = list(_tokens(body))
-    anchored = absolute or any(k == "lit" and v == "/" for k, v in toks)
+    anchored = anchored or absolute or any(k == "lit" and v == "/" for k, v in toks)
     return PathGlob(pattern, re.compile(_path_regex(toks), re.DOTALL), anchored and not absolute, absolute, dir_only)
 
 

@@ -80,6 +80,7 @@ class StepMetadata:
     num_rows: int  # rows in the tensors (more than num_reqs when padded for a CUDA graph)
     num_tokens: int
     tokens_may_be_padded: bool
+    max_query_len: int | None  # 1: every row is a decode row
     max_seq_len: int | None
     seq_lens: torch.Tensor | None
     query_start_loc: torch.Tensor | None
@@ -92,42 +93,56 @@ class StepMetadata:
 class _Cond:
     invariant: str
     field: str
-    ok: torch.Tensor  # bool, one per element
-    left: torch.Tensor  # the field's value per element
-    right: torch.Tensor | int  # what it must agree with, per element or one value
-    left_name: str
-    right_name: str
-    relation: str  # how left must relate to right, for the message
-    rows: torch.Tensor | None = None  # request row per element (default: the element index)
-    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # more values per element
+    ok: torch.Tensor  # bool, one per element (computed on the tensors' device, no sync)
+    relation: str  # "max_seq_len >= seq_lens[row]": what must hold, for the message
+    # element index -> (request row, {value name: value}); reads kept tensors, on failure only
+    values: Callable[[int], tuple[int, dict[str, Any]]]
 
 
-def _conditions(md: StepMetadata) -> list[_Cond]:
+def _head(t: torch.Tensor, k: int) -> torch.Tensor:
+    # Every tensor op costs a dispatch (microseconds on CPU, a launch on a GPU): skip no-ops.
+    return t if t.shape[0] == k else t[:k]
+
+
+def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    return t if t.device == device else t.to(device, non_blocking=True)
+
+
+def _conditions(md: StepMetadata, keep: Callable[[torch.Tensor], torch.Tensor]) -> list[_Cond]:
+    """keep(t): a tensor the report may read later (a copy when the read-back is deferred:
+    vLLM overwrites its persistent buffers by then)."""
     conds: list[_Cond] = []
     n = md.num_reqs
-    seq = md.seq_lens[:n] if md.seq_lens is not None else None
+    seq = _head(md.seq_lens, n) if md.seq_lens is not None else None
     if seq is not None and md.max_seq_len is not None and n > 0:
-        conds.append(_Cond("max-seq-len", "max_seq_len", md.max_seq_len >= seq, torch.full_like(seq, md.max_seq_len),
-                           seq.clone(), "max_seq_len", "seq_lens[row]", ">="))
+        m, seq_k = md.max_seq_len, keep(seq)
+        conds.append(_Cond("max-seq-len", "max_seq_len", seq <= m, "max_seq_len >= seq_lens[row]",
+                           lambda i: (i, {"max_seq_len": m, "seq_lens[row]": int(seq_k[i])})))
     for name, qsl in (("query_start_loc", md.query_start_loc), ("query_start_loc_cpu", md.query_start_loc_cpu)):
         if qsl is None or qsl.dim() != 1 or qsl.numel() < n + 1:
             continue
         rows = min(md.num_rows, qsl.numel() - 1)
+        q = _head(qsl, rows + 1)
+        q_k = keep(q)
         if rows > 0:
-            q = qsl[: rows + 1]
-            conds.append(_Cond("query-start-loc", name, q[1:] >= q[:-1], q[1:].clone(), q[:-1].clone(),
-                               f"{name}[row+1]", f"{name}[row]", ">="))
-        end = qsl[n : n + 1]
-        ok = end <= md.num_tokens if md.tokens_may_be_padded else end == md.num_tokens
-        conds.append(_Cond("query-start-loc", name, ok, end.clone(), md.num_tokens, f"{name}[num_reqs]",
-                           "num_actual_tokens", "<=" if md.tokens_may_be_padded else "==",
-                           rows=torch.full_like(end, n)))
+            conds.append(_Cond("query-start-loc", name, q[1:] >= q[:-1], f"{name}[row+1] >= {name}[row]",
+                               lambda i, q_k=q_k, name=name: (i, {f"{name}[row]": int(q_k[i]),
+                                                                 f"{name}[row+1]": int(q_k[i + 1])})))
+        end, tokens = q[n : n + 1], md.num_tokens
+        padded = md.tokens_may_be_padded
+        conds.append(_Cond("query-start-loc", name, end <= tokens if padded else end == tokens,
+                           f"{name}[num_reqs] {'<=' if padded else '=='} num_actual_tokens",
+                           lambda i, q_k=q_k, name=name, tokens=tokens: (
+                               n, {f"{name}[num_reqs]": int(q_k[n]), "num_actual_tokens": tokens})))
     ub = md.seq_lens_cpu_upper_bound
     if ub is not None and seq is not None and ub.numel() >= n and n > 0:
-        # non_blocking: no host sync; the source is staged before the call returns.
-        ub_dev = ub[:n].to(seq.device, non_blocking=True)
-        conds.append(_Cond("seq-lens-upper-bound", "seq_lens_cpu_upper_bound", ub_dev >= seq, ub_dev,
-                           seq.clone(), "seq_lens_cpu_upper_bound[row]", "seq_lens[row]", ">="))
+        # non_blocking: no host sync; a pageable source is staged before the call returns.
+        ub_dev = _on(_head(ub, n), seq.device)
+        seq_k = keep(seq)
+        conds.append(_Cond("seq-lens-upper-bound", "seq_lens_cpu_upper_bound", ub_dev >= seq,
+                           "seq_lens_cpu_upper_bound[row] >= seq_lens[row]",
+                           lambda i: (i, {"seq_lens_cpu_upper_bound[row]": int(ub_dev[i]),
+                                          "seq_lens[row]": int(seq_k[i])})))
     for g in md.slot_groups:
         cond = _slot_condition(md, g)
         if cond is not None:
@@ -136,64 +151,73 @@ def _conditions(md: StepMetadata) -> list[_Cond]:
 
 
 def _slot_condition(md: StepMetadata, g: SlotGroup) -> _Cond | None:
-    n = md.num_reqs
-    qsl = md.query_start_loc
-    if qsl is None or n == 0 or g.block_size <= 0 or g.slot_mapping.numel() == 0 or g.positions.numel() == 0:
-        return None
-    if g.block_table.dim() != 2 or g.block_table.shape[0] < n or g.block_table.shape[1] == 0:
+    n, qsl, bs = md.num_reqs, md.query_start_loc, g.block_size
+    table = g.block_table
+    if (qsl is None or n == 0 or bs <= 0 or g.slot_mapping.numel() == 0 or g.positions.numel() == 0
+            or table.dim() != 2 or table.shape[0] < n or table.shape[1] == 0):
         return None
     dev = g.slot_mapping.device
-    q = qsl[: n + 1].to(dev).long()
-    first = q[:-1]
-    decode = (q[1:] - first) == 1
+    q = _on(_head(qsl, n + 1), dev)
     last_token = min(g.slot_mapping.numel(), g.positions.numel()) - 1
-    tok = first.clamp(0, last_token)
-    pos = g.positions.to(dev).long()[tok]
-    slot = g.slot_mapping.long()[tok]
-    table = g.block_table[:n].to(dev).long()
-    blocks = pos // g.block_size
-    in_table = (blocks >= 0) & (blocks < table.shape[1])
-    block_id = table.gather(1, blocks.clamp(0, table.shape[1] - 1).view(-1, 1)).view(-1)
-    expected = block_id * g.block_size + pos % g.block_size
-    ok = ~decode | (slot == PAD_SLOT_ID) | (in_table & (slot == expected))
+    tok = q[:-1].clamp(0, last_token).long()
+    pos = _on(g.positions, dev)[tok]
+    slot = g.slot_mapping[tok]
+    blocks = pos // bs
+    block_id = _on(_head(table, n), dev).gather(1, blocks.clamp(0, table.shape[1] - 1).unsqueeze(1)).squeeze(1)
+    expected = block_id * bs + pos % bs
+    ok = (slot == expected) & (blocks < table.shape[1])
+    ok |= slot == PAD_SLOT_ID
+    if md.max_query_len != 1:  # not every row is a decode row: the others are not checked
+        ok |= (q[1:] - q[:-1]) != 1
     label = f"slot_mapping{' (' + g.name + ')' if g.name else ''}"
-    return _Cond("slot-mapping", label, ok, slot, expected, "slot_mapping[t]",
-                 f"block_table[row, pos // {g.block_size}] * {g.block_size} + pos % {g.block_size}", "==",
-                 extra={"token": tok, "position": pos})
+    rule = f"block_table[row, pos // {bs}] * {bs} + pos % {bs}"
+    return _Cond("slot-mapping", label, ok, f"slot_mapping[t] == {rule}",
+                 lambda i: (i, {"slot_mapping[t]": int(slot[i]), rule: int(expected[i]), "token": int(tok[i]),
+                                "position": int(pos[i])}))
 
 
 def check(md: StepMetadata, site: str) -> None:
-    """Queue (or, on CPU and in eager mode, evaluate) every condition of this step."""
+    """Evaluate (on CPU, or in eager mode) or queue every condition of this step."""
     if deferred.capturing():
         return
-    conds = _conditions(md)
+    probe = md.seq_lens if md.seq_lens is not None else md.query_start_loc
+    now = probe is None or deferred.immediate(probe)
+    conds = _conditions(md, (lambda t: t) if now else (lambda t: t.clone()))
     by_device: dict[torch.device, list[_Cond]] = {}
     for c in conds:
         by_device.setdefault(c.ok.device, []).append(c)
     for group in by_device.values():
-        flags = torch.stack([c.ok.all() if c.ok.numel() else torch.ones((), dtype=torch.bool, device=c.ok.device)
-                             for c in group])
-        _queue.submit(flags, lambda failed, group=group: _report(md, [group[i] for i in failed], site))
+        # One vector for all conditions: one reduction (or one read-back) per step, and the
+        # failing conditions found from its slices only when something failed.
+        flags = torch.cat([c.ok if c.ok.dim() == 1 else c.ok.reshape(-1) for c in group])
+        if now:
+            if not bool(flags.all()):
+                _report(md, [c for c in group if not bool(c.ok.all())], site)
+            continue
+        bounds, start = [], 0
+        for c in group:
+            bounds.append((start, start + c.ok.numel()))
+            start += c.ok.numel()
+
+        def on_failed(indices: list[int], group=group, bounds=bounds) -> None:
+            failed = {next(k for k, (lo, hi) in enumerate(bounds) if lo <= i < hi) for i in indices}
+            _report(md, [group[k] for k in sorted(failed)], site)
+
+        _queue.submit(flags, on_failed)
 
 
 def _report(md: StepMetadata, failed: list[_Cond], site: str) -> None:
     for c in failed:
         bad = (~c.ok).nonzero().flatten()
-        i = int(bad[0]) if bad.numel() else 0
-        row = int(c.rows[i]) if c.rows is not None else i
-        left = c.left[i].item()
-        right = c.right[i].item() if isinstance(c.right, torch.Tensor) else c.right
+        row, values = c.values(int(bad[0]) if bad.numel() else 0)
         step = "?" if md.draft_step is None else md.draft_step
-        extra = {k: v[i].item() for k, v in c.extra.items()}
-        more = "".join(f", {k} {v}" for k, v in extra.items())
+        shown = ", ".join(f"{k} = {v}" for k, v in values.items())
         runtime.violation(
             G, c.invariant,
-            f"{md.owner} draft step {step}, request row {row}: {c.field} breaks "
-            f"{c.left_name} {c.relation} {c.right_name} ({left} vs {right}{more}; "
+            f"{md.owner} draft step {step}, request row {row}: {c.relation} does not hold ({shown}; "
             f"{int(bad.numel())} of {c.ok.numel()} rows)",
-            {"field": c.field, "draft_step": md.draft_step, "row": row, c.left_name: left, c.right_name: right,
-             **extra, "bad_rows": int(bad.numel()), "num_reqs": md.num_reqs, "num_actual_tokens": md.num_tokens,
-             "owner": md.owner},
+            {"field": c.field, "draft_step": md.draft_step, "row": row, **values, "bad_rows": int(bad.numel()),
+             "num_reqs": md.num_reqs, "num_actual_tokens": md.num_tokens, "owner": md.owner},
             site=site)
 
 
@@ -229,6 +253,7 @@ def v1_step(proposer: Any, cad: Any, draft_index: int) -> StepMetadata:
         num_reqs=num_reqs,
         num_rows=num_reqs,
         num_tokens=int(getattr(cad, "num_actual_tokens", 0)),
+        max_query_len=_int(getattr(cad, "max_query_len", None)),
         # Step 0 may use the target's metadata as is, whose token count vLLM pads for CUDA graphs;
         # the draft steps set num_actual_tokens to the batch size themselves.
         tokens_may_be_padded=draft_index == 0,
@@ -357,6 +382,7 @@ def v2_step(bound: dict[str, Any], ctx: _V2Context | None) -> StepMetadata | Non
         num_rows=rows,
         num_tokens=num_tokens,
         tokens_may_be_padded=padded,
+        max_query_len=_int(bound.get("max_query_len")),
         max_seq_len=_int(bound.get("max_seq_len")),
         seq_lens=seq,
         query_start_loc=qsl,

@@ -145,12 +145,15 @@ class Target:
 
 
 def _topk_model_rows() -> Iterable[Target]:
+    # vLLM 0.24 added set_skip_topk to DeepSeek MTP without compact_topk_indices (the bug);
+    # 0.25 added the compaction and the `vllm.models` package with the V3.2 modules.
+    since = {"vllm.model_executor.models.": "0.24+", "vllm.models.": "0.25+"}
     for prefix in MODEL_PREFIXES:
         yield Target(TOPK_LAYOUT, prefix, "*", "compact_topk_indices", "topk_layout.wrap_compact", "0.25+",
                      "swapped for the Triton compaction with INVARIANT_CHECK_COMPACTION=triton",
                      select="defines", always=True)
-        yield Target(TOPK_LAYOUT, prefix, "*", "set_skip_topk", "topk_layout.wrap_set_skip_topk", "0.24+")
-        yield Target(TOPK_LAYOUT, prefix, "*", "forward", "topk_layout.wrap_forward", "0.24+",
+        yield Target(TOPK_LAYOUT, prefix, "*", "set_skip_topk", "topk_layout.wrap_set_skip_topk", since[prefix])
+        yield Target(TOPK_LAYOUT, prefix, "*", "forward", "topk_layout.wrap_forward", since[prefix],
                      select="topk-model")
 
 
@@ -193,8 +196,9 @@ TARGETS: tuple[Target, ...] = (
     Target(GROUP_METADATA, LEGACY_EAGLE_MODULE, "*", "propose", "group_metadata.wrap_legacy_propose", "",
            select="legacy-proposer"),
     Target(GROUP_METADATA, LEGACY_EAGLE_MODULE, "", "set_forward_context",
-           "group_metadata.wrap_legacy_set_forward_context", "0.17-0.19",
-           "where the legacy propose() hands its metadata over", select="legacy-eagle-module"),
+           "group_metadata.wrap_legacy_set_forward_context", "0.13-0.19",
+           "where the legacy propose() hands its metadata over (before 0.17 a proposer has one "
+           "attention group: nothing to compare)", select="legacy-eagle-module"),
     # ---- metadata-coherence: the common metadata each draft step is about to use
     *_group_build_rows(METADATA_COHERENCE, "metadata_coherence.wrap_v1_build"),
     Target(METADATA_COHERENCE, V1_BASE_PROPOSER, "SpecDecodeBaseProposer", "propose",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+from ic_support import BAD_CLASS, run_cli
 
 from invariant_check.config import (
+    DEFAULT_EXCLUDES,
     KNOWN_KEYS,
     ConfigError,
     find_config,
@@ -15,6 +18,7 @@ from invariant_check.config import (
     parse_table,
 )
 from invariant_check.registry import all_rules
+from invariant_check.types import Option
 
 RULE = "IC003"
 
@@ -166,3 +170,53 @@ def test_unreadable_or_missing_explicit_config(tmp_path):
     bad_utf8.write_bytes(b"[tool.invariant-check]\nselect = ['\xff']\n")
     with pytest.raises(ConfigError, match="invalid TOML"):
         load_config(bad_utf8)
+
+
+# -- option values, new keys, and what `exclude` replaces -------------------------------------------
+
+
+@pytest.mark.parametrize("value", [-1, -100, True, 1.5, "2"])
+def test_int_options_are_counts(tmp_path, value):
+    with pytest.raises(ConfigError) as info:
+        parse_table({"options": {"IC002": {"helper-depth": value}}}, tmp_path / "pyproject.toml")
+    message = str(info.value)
+    assert "helper-depth" in message and "must be an integer >= 0" in message
+    assert f"got {value!r}" in message and "must be an int " not in message + " "
+
+
+def test_int_option_bounds(tmp_path):
+    assert parse_table({"options": {"IC002": {"helper-depth": 0}}}, tmp_path / "p.toml").options == {"IC002": {"helper-depth": 0}}
+    bounded = Option(3, "how many", int, minimum=1)
+    assert bounded.validate("k", 1) == 1
+    with pytest.raises(ValueError, match=r"'k' must be an integer >= 1, got 0"):
+        bounded.validate("k", 0)
+    with pytest.raises(ValueError, match=r"'s' must be a string, got \['x'\]"):
+        Option("x", "a name", str).validate("s", ["x"])
+
+
+def test_new_keys_parse(tmp_path):
+    cfg = parse_table(
+        {"extend-select": ["IC900"], "respect-gitignore": False, "extend-exclude": ["gen"]},
+        tmp_path / "pyproject.toml",
+    )
+    assert cfg.extend_select == ["IC900"] and cfg.respect_gitignore is False
+    assert cfg.exclude is None and cfg.walk_excludes == DEFAULT_EXCLUDES and cfg.user_excludes == ["gen"]
+    with pytest.raises(ConfigError, match="extend-select"):
+        parse_table({"extend-select": ["IC9999"]}, tmp_path / "pyproject.toml")
+
+
+def test_exclude_replaces_the_defaults_extend_exclude_keeps_them(tmp_path):
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "bad.py").write_text(BAD_CLASS)
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "bad.py").write_text(BAD_CLASS)
+
+    def flagged() -> set[str]:
+        run = run_cli("lint", "--select", RULE, "--format", "json", "--no-cache", ".", cwd=tmp_path)
+        return {f["path"] for f in json.loads(run.out)["findings"]}
+
+    assert flagged() == {"gen/bad.py"}  # build/ is a default exclude
+    write(tmp_path / "pyproject.toml", '[tool.invariant-check]\nextend-exclude = ["gen"]\n')
+    assert flagged() == set()
+    write(tmp_path / "pyproject.toml", '[tool.invariant-check]\nexclude = ["gen"]\n')
+    assert flagged() == {"build/bad.py"}

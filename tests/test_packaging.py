@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -66,21 +67,6 @@ def _source_files(src: str) -> set[str]:
         for p in (ROOT / src).rglob("*.py")
         if "__pycache__" not in p.parts
     }
-
-
-def _copy_project(dest: Path) -> Path:
-    """Tracked and untracked-not-ignored files only: no build/, egg-info or caches, so
-    stale build output can neither leak into the wheel nor be written into the real tree."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
-    ).stdout
-    for rel in filter(None, listed.split("\0")):
-        src = ROOT / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
 
 
 def _clean_env() -> dict[str, str]:
@@ -160,8 +146,9 @@ def test_pyproject_maps_the_folders_into_the_namespace():
 # -- (b) the wheel --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    src = _copy_project(tmp_path_factory.mktemp("src"))
+def wheel(tmp_path_factory, copy_project) -> Path:
+    pytest.importorskip("build")  # in the `test` extra, not in `lint-test`
+    src = copy_project(tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("dist")
     _run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", out, src], cwd=src)
     wheels = list(out.glob("invariant_check-*.whl"))
@@ -286,8 +273,8 @@ def test_current_install_imports_the_namespaced_packages(tmp_path):
 
 
 @pytest.mark.slow
-def test_fresh_editable_install_maps_the_folders(tmp_path):
-    src = _copy_project(tmp_path / "src")
+def test_fresh_editable_install_maps_the_folders(tmp_path, copy_project):
+    src = copy_project(tmp_path / "src")
     bindir = _fresh_venv(tmp_path / "venv", sys.executable)
     _run([bindir / "python", "-m", "pip", "install", "-q", "-e", src], cwd=tmp_path)
     # A module added after installing must be importable at once: that is what editable means
@@ -379,3 +366,64 @@ def test_cli_never_imports_torch_triton_or_vllm(args, expected_rc, tmp_path):
         assert "IC003" in res.stdout, res.stdout
     imported = log.read_text() if log.exists() else ""
     assert imported == "", f"`invariant-check {' '.join(args)}` imported heavy packages:\n{imported}"
+
+
+COLLECT_OUTCOMES = """
+import json, os
+
+OUTCOMES = {}
+
+
+def pytest_collectreport(report):
+    if report.nodeid.endswith(".py"):
+        OUTCOMES[report.nodeid] = report.outcome
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["IC_COLLECT_LOG"], "w") as fh:
+        json.dump(OUTCOMES, fh)
+"""
+
+
+# -- (f) the linter's own tests need only the lint-test extra ---------------------------------------
+
+@pytest.mark.slow
+def test_lint_test_extra_alone_collects_every_test_module(tmp_path, copy_project):
+    """`pip install .[lint-test]` (no torch, triton, vLLM, pre-commit or build) and `pytest`:
+    collection must finish without errors, modules that need the runtime stack are skipped with
+    the reason, and the linter's own tests are collected and pass."""
+    src = copy_project(tmp_path / "src")
+    bindir = _fresh_venv(tmp_path / "venv", sys.executable)
+    _run([bindir / "python", "-m", "pip", "install", "-q", f"{src}[lint-test]"], cwd=tmp_path)
+    absent = _run([bindir / "python", "-c", "import importlib.util as u, json; print(json.dumps("
+                   "[m for m in ('torch', 'triton', 'vllm', 'pre_commit', 'build') if u.find_spec(m)]))"],
+                  cwd=tmp_path)
+    assert json.loads(absent.stdout) == [], "the lint-test extra must not bring the runtime stack"
+
+    # Each test module's collection outcome, as pytest itself reports it (a module skipped by an
+    # importorskip in another module it imports is reported under that module's line).
+    plugin_dir = tmp_path / "plugin"
+    plugin_dir.mkdir()
+    (plugin_dir / "collect_outcomes.py").write_text(COLLECT_OUTCOMES)
+    env = _clean_env()
+    env.update(PYTHONPATH=str(plugin_dir), IC_COLLECT_LOG=str(tmp_path / "outcomes.json"))
+    # The `pytest` script, not `python -m pytest`: the latter puts the checkout's source folder
+    # first on sys.path, where it shadows the installed package.
+    res = _run([bindir / "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "collect_outcomes"],
+               cwd=src, env=env, check=False)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-4000:]
+    assert "ERROR" not in out and "Traceback" not in out, out[-4000:]
+    outcomes = json.loads((tmp_path / "outcomes.json").read_text())
+    modules = {m.relative_to(src).as_posix() for m in src.glob("tests/**/test_*.py")}
+    assert set(outcomes) == modules, f"not collected at all: {sorted(modules - set(outcomes))}"
+    assert [m for m, o in outcomes.items() if o == "failed"] == [], out[-4000:]
+    for needs_torch in ("tests/compaction/test_compaction_interpreter.py", "tests/guards/test_guard_v2_speculator.py"):
+        assert outcomes[needs_torch] == "skipped", outcomes
+    for lint_module in ("test_rule_examples.py", "test_mutations.py", "test_config.py", "test_rule_docs.py"):
+        assert outcomes[f"tests/{lint_module}"] == "passed", outcomes
+    assert re.search(r"could not import 'torch'", out), out[-3000:]
+
+    ran = _run([bindir / "pytest", "-q", "-p", "no:cacheprovider", "tests/test_rule_examples.py"], cwd=src, check=False)
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert re.search(r"\d+ passed", ran.stdout), ran.stdout[-2000:]

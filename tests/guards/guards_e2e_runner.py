@@ -15,6 +15,7 @@ import time
 
 def main() -> None:
     model_dir = sys.argv[1]
+    executor = sys.argv[2] if len(sys.argv) > 2 else None  # "ray", or vLLM's default
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -24,15 +25,19 @@ def main() -> None:
     result = {"pid": os.getpid(), "ok": False, "error": None, "outputs": None}
     llm = None
     try:
+        extra = {"distributed_executor_backend": executor} if executor else {}
         llm = LLM(model=model_dir, enforce_eager=True, max_model_len=256, max_num_seqs=4,
                   max_num_batched_tokens=256, dtype="bfloat16", seed=0,
-                  speculative_config={"method": "mtp", "num_speculative_tokens": 3})
+                  speculative_config={"method": "mtp", "num_speculative_tokens": 3}, **extra)
         prompts = ["w1 w2 w3 w4", "w5 w6 w7 w8 w9 w10", "w11 w12"]
         outs = llm.generate(prompts, SamplingParams(max_tokens=10, temperature=0, ignore_eos=True))
         result["outputs"] = [list(o.outputs[0].token_ids) for o in outs]
         result["ok"] = True
     except Exception as exc:  # noqa: BLE001 - the test inspects what stopped the run
         result["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+        import traceback
+
+        traceback.print_exc()
     result["seconds"] = round(time.time() - t0, 1)
     print("E2E-RESULT " + json.dumps(result), flush=True)
     # A normal shutdown stops the engine core and the workers; skipping it would leave them

@@ -26,7 +26,7 @@ pytestmark = [requires_vllm, pytest.mark.vllm, pytest.mark.slow]
 RUNNER = Path(__file__).with_name("guards_e2e_runner.py")
 
 
-def run_llm(model_dir, report_dir, mode="record", faults=""):
+def run_llm(model_dir, report_dir, mode="record", faults="", executor=None):
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVARIANT_CHECK_")}
     env.update(INVARIANT_CHECK_GUARDS="1", INVARIANT_CHECK_GUARDS_MODE=mode,
                INVARIANT_CHECK_REPORT_DIR=str(report_dir), VLLM_CPU_KVCACHE_SPACE="1",
@@ -40,8 +40,8 @@ def run_llm(model_dir, report_dir, mode="record", faults=""):
     # Output to a file, not a pipe: vLLM's engine processes inherit it, and a pipe held open by
     # a surviving engine would block the test forever.
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, str(RUNNER), str(model_dir)], stdout=fh, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)
+        argv = [sys.executable, str(RUNNER), str(model_dir)] + ([executor] if executor else [])
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             proc.wait(timeout=900)
         finally:
@@ -81,7 +81,32 @@ def test_real_code_has_no_violation(tiny_model_dir, tmp_path):
     patched = {r["site"] for r in recs if r["kind"] == "patched" and r["pid"] != result["pid"]}
     assert "vllm.model_executor.models.deepseek_mtp:DeepSeekMultiTokenPredictor.compact_topk_indices" in patched
     assert "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata" in patched
+    by_guard = {(r["guard"], r["site"]) for r in recs if r["kind"] == "patched" and r["pid"] != result["pid"]}
+    base = "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer"
+    assert {("metadata-coherence", f"{base}.build_per_group_and_layer_attn_metadata"),
+            ("metadata-coherence", f"{base}.propose"), ("group-metadata", f"{base}.build_per_group_and_layer_attn_metadata"),
+            } <= by_guard
     assert violations(recs) == [] and [r for r in recs if r["kind"] == "guard_error"] == []
+
+
+def test_stale_max_seq_len_is_reported_from_the_worker(tiny_model_dir, tmp_path):
+    from click.testing import CliRunner
+    from invariant_check.runtime_guards.commands import report_command
+
+    result, recs, output = run_llm(tiny_model_dir, tmp_path, faults="stale-max-seq-len")
+    assert result["ok"], result["error"]
+    found = violations(recs, "metadata-coherence")
+    assert found and {r["invariant"] for r in found} == {"max-seq-len"}
+    first = found[0]
+    assert first["pid"] != result["pid"]  # written by the worker process
+    v = first["values"]
+    assert v["field"] == "max_seq_len" and v["draft_step"] >= 1 and v["seq_lens[row]"] > v["max_seq_len"]
+    assert first["site"].endswith("SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata")
+    assert violations(recs, "topk-layout") == [] and violations(recs, "group-metadata") == []
+    res = CliRunner().invoke(report_command, [str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert "metadata-coherence/max-seq-len" in res.output and "max_seq_len" in res.output
+    assert f"pid {first['pid']}" in res.output
 
 
 def test_removed_compaction_is_reported_from_the_worker(tiny_model_dir, tmp_path):

@@ -72,6 +72,46 @@ def test_report_exits_0_when_clean_and_2_on_a_bad_dir(tmp_path):
         assert len(res.output.strip().splitlines()) == 1 and "error" in res.output
 
 
+@pytest.mark.parametrize("content", [None, b"", b"\n\n", b'{"kind": "violation", "gua', b"\xff\xfe not text\n"])
+def test_report_without_records_exits_2(tmp_path, content):
+    """An empty folder (or only empty/torn files) means the guards were not on: a misconfigured
+    CI must not pass."""
+    if content is not None:
+        (tmp_path / "invariant-check-host-1.jsonl").write_bytes(content)
+    res = CliRunner().invoke(report_command, [str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    lines = res.output.strip().splitlines()
+    assert len(lines) == 1 and "no guard records: were the guards enabled in the processes that ran?" in lines[0]
+    assert res.exception is None or isinstance(res.exception, SystemExit)
+
+
+def test_lines_that_are_not_utf8_or_not_json_are_counted_not_fatal(tmp_path):
+    path = write(tmp_path, 12, {"kind": "violation", "guard": "topk-layout", "invariant": "compacted-twice",
+                                "message": "m", "values": {}})
+    with open(path, "ab") as fh:
+        fh.write(b"\xc3\x28 invalid utf-8\n")  # not UTF-8
+        fh.write(b"[1, 2]\n")  # JSON, not a record
+        fh.write(b'{"kind": "violation", "pid": [1], "guard": 3, "timestamp": "x"}\n')  # odd field types
+    for fmt in ("text", "json"):
+        res = CliRunner().invoke(report_command, [str(tmp_path), "--format", fmt])
+        assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
+        assert res.exit_code == 1, res.output
+    data = json.loads(res.output)
+    assert data["unparsable_lines"] == [f"{path.name}:2", f"{path.name}:3"] and data["violations"] == 2
+    text = CliRunner().invoke(report_command, [str(tmp_path)]).output
+    assert "2 unparsable line(s)" in text
+
+
+def test_guards_with_an_invalid_variable_exits_2_with_one_line():
+    res = CliRunner().invoke(guards_command, [], env={"INVARIANT_CHECK_GUARDS": "topk"})
+    assert res.exit_code == 2
+    assert res.stdout == ""
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "INVARIANT_CHECK_GUARDS" in lines[0] and "topk-layout" in lines[0]
+    res = CliRunner().invoke(guards_command, ["--strict"], env={"INVARIANT_CHECK_GUARDS_SYNC": "soon"})
+    assert res.exit_code == 2 and "INVARIANT_CHECK_GUARDS_SYNC" in res.stderr
+
+
 def test_commands_module_imports_nothing_heavy():
     code = "import sys; import invariant_check.runtime_guards.commands; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','vllm')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
@@ -80,25 +120,51 @@ def test_commands_module_imports_nothing_heavy():
 
 @requires_vllm
 @pytest.mark.vllm
-def test_guards_command_lists_version_guards_and_targets():
-    res = CliRunner().invoke(guards_command, ["--format", "json"])
-    assert res.exit_code == 0, res.output[-2000:]
-    data = json.loads(res.output[res.output.index("{"):])
-    assert data["vllm_version"].startswith("0.32")
-    rows = {r["target"]: r for g in data["guards"].values() for r in g}
+def test_guards_command_lists_version_guards_and_targets(monkeypatch):
+    for var in ("INVARIANT_CHECK_GUARDS", "INVARIANT_CHECK_GUARDS_MODE", "INVARIANT_CHECK_TEST_FAULT"):
+        monkeypatch.delenv(var, raising=False)
+    res = CliRunner().invoke(guards_command, ["--format", "json", "--strict"])
+    assert res.exit_code == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    data = json.loads(res.stdout)
+    assert data["vllm_version"].startswith("0.32") and data["strict_missing"] == []
+    rows = {(g, r["target"]): r for g, rs in data["guards"].items() for r in rs}
     base = "vllm.v1.spec_decode.llm_base_proposer:SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata"
-    assert rows[base]["patched"]
-    assert rows["vllm.model_executor.models.deepseek_mtp:DeepSeekMultiTokenPredictor.compact_topk_indices"]["patched"]
-    assert rows["vllm.v1.worker.gpu.spec_decode.mtp.speculator:MTPSpeculator.on_prefill_end"]["patched"]
-    legacy = rows["vllm.v1.spec_decode.eagle:SpecDecodeBaseProposer.propose"]
-    assert not legacy["found"] and not legacy["patched"]
+    for guard in ("group-metadata", "metadata-coherence"):
+        assert rows[(guard, base)]["patched"] and rows[(guard, base)]["expected"]
+    assert rows[("topk-layout", "vllm.model_executor.models.deepseek_mtp:DeepSeekMultiTokenPredictor.compact_topk_indices")]["patched"]
+    assert rows[("topk-layout", "vllm.v1.worker.gpu.spec_decode.mtp.speculator:MTPSpeculator.on_prefill_end")]["patched"]
+    for target in ("vllm.v1.worker.gpu.spec_decode.speculator:build_attn_metadata",
+                   "vllm.v1.worker.gpu.spec_decode.speculator:DraftModelSpeculator._copy_request_inputs"):
+        assert rows[("metadata-coherence", target)]["patched"], target
+    legacy = rows[("group-metadata", "vllm.v1.spec_decode.eagle:SpecDecodeBaseProposer.propose")]
+    assert not legacy["found"] and not legacy["patched"] and legacy["expected"] is False
     text = CliRunner().invoke(guards_command, [])
-    assert "guard topk-layout:" in text.output and "guard group-metadata:" in text.output
+    for guard in ("topk-layout", "group-metadata", "metadata-coherence"):
+        assert f"guard {guard}:" in text.output
     # The dry run restored everything it patched.
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
 
     assert not getattr(SpecDecodeBaseProposer.build_per_group_and_layer_attn_metadata,
                        "__invariant_check_wrapped__", False)
+
+
+@requires_vllm
+@pytest.mark.vllm
+def test_guards_strict_exits_1_when_an_expected_target_is_missing(monkeypatch):
+    from invariant_check.runtime_guards import targets
+
+    missing = targets.Target("metadata-coherence", targets.V1_BASE_PROPOSER, "SpecDecodeBaseProposer",
+                             "renamed_in_this_release", "metadata_coherence.wrap_propose", "0.20+")
+    monkeypatch.setattr(targets, "TARGETS", (*targets.TARGETS, missing))
+    monkeypatch.delenv("INVARIANT_CHECK_GUARDS", raising=False)
+    res = CliRunner().invoke(guards_command, ["--strict"])
+    assert res.exit_code == 1
+    assert "MISSING" in res.stdout and "renamed_in_this_release" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert CliRunner().invoke(guards_command, []).exit_code == 0  # without --strict: listed only
+    # --strict looks at the guards INVARIANT_CHECK_GUARDS enables.
+    res = CliRunner().invoke(guards_command, ["--strict"], env={"INVARIANT_CHECK_GUARDS": "group-metadata"})
+    assert res.exit_code == 0, res.output[-2000:]
 
 
 INNER_TEST = """

@@ -316,3 +316,16 @@ def test_amd_variant_same_guarantees(v32_amd, guards):
     with pytest.raises(InvariantViolation) as info:
         propose(cfg, inner)
     assert info.value.invariant == "compaction-result"
+
+
+def test_violation_site_names_the_module(v32, v32_amd, guards, tmp_path):
+    """Two classes named DeepseekV32MultiTokenPredictor (nvidia, amd): the site tells them apart."""
+    guards(mode="record", report_dir=tmp_path)
+    for cfg_model in (v32, v32_amd):
+        cfg, _, inner = cfg_model
+        fill_distinct(buffer_of(inner))
+        propose(cfg, inner, compact=False)
+    recs = [json.loads(x) for f in tmp_path.glob("*.jsonl") for x in f.read_text().splitlines()]
+    sites = {r["site"] for r in recs if r["kind"] == "violation"}
+    assert sites == {"vllm.models.deepseek_v32.nvidia.mtp.DeepseekV32MultiTokenPredictor.forward",
+                     "vllm.models.deepseek_v32.amd.mtp.DeepseekV32MultiTokenPredictor.forward"}
