@@ -8,7 +8,7 @@ raises is an error of that rule in that file, and the other rules still report t
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from .analysis import facts as F
@@ -23,22 +23,50 @@ from .types import Candidate, FileError, Finding
 
 @dataclass
 class Plan:
-    """The rules of a run, instantiated once, with their derived needs."""
+    """The rules of a run, instantiated once, with their derived needs. A rule that cannot
+    even be set up is left out and named in `broken` (the run goes on without it)."""
 
     rules: list[Rule]
     needs: dict[str, Need]
     prefilter: bool = True
+    broken: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def build(cls, rule_classes: Iterable[type[Rule]], options: dict[str, dict[str, Any]], prefilter: bool = True) -> Plan:
-        rules = [r(options[r.CODE]) for r in rule_classes if not r.EMITTED_BY_ENGINE]
-        needs = {r.CODE: (r.needs(r.options) if prefilter else Everything()) for r in rules}
-        return cls(rules, needs, prefilter)
+        rules, needs, broken = [], {}, {}
+        for r in rule_classes:
+            if r.EMITTED_BY_ENGINE:
+                continue
+            try:
+                rule = r(options[r.CODE])
+                need = rule.needs(rule.options)
+            except Exception as exc:  # a bug in one rule must not stop the others
+                broken[r.CODE] = f"internal error setting up the rule: {_one_line(exc)}"
+                continue
+            rules.append(rule)
+            needs[r.CODE] = need if prefilter else Everything()
+        return cls(rules, needs, prefilter, broken)
 
     def codes_for(self, data: bytes, lower: bytes | None = None) -> tuple[str, ...]:
         """Rules whose needs these bytes may meet (the scan's necessary condition)."""
         lower = data.lower() if lower is None else lower
         return tuple(r.CODE for r in self.rules if self.needs[r.CODE].quick(data, lower))
+
+
+def lint_bytes(shown: str, data: bytes, plan: Plan, root=None) -> Outcome:
+    """The outcome of the file `root/shown` from its bytes alone, in a throwaway project of
+    that folder (tests, tools)."""
+    import os
+    from pathlib import Path
+
+    from .analysis.project import Project
+
+    base = Path(os.path.abspath(root if root is not None else "."))
+    path = base / shown
+    project = Project(base, read=lambda p: data if p == path else p.read_bytes())
+    module = project.module_at(path, data)
+    rec = ScanRecord(path, shown, rules=plan.codes_for(data))
+    return analyze(Context(project), module, rec, plan)
 
 
 def analyze(ctx: Context, module: Module, rec: ScanRecord, plan: Plan) -> Outcome:
@@ -58,7 +86,7 @@ def _analyze(ctx: Context, module: Module, rec: ScanRecord, plan: Plan, out: Out
     rules = [r for r in plan.rules if r.CODE in rec.rules]
     if not rules:
         return
-    text = module.source.text
+    module.source
     if module.error:
         out.errors.append(FileError(rec.shown, module.error))
         out.parsed = False
@@ -164,6 +192,9 @@ def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> It
             continue
         chunk = pick.chunk
         own, trailing = module.statements(chunk)
+        # findings' statement lines are looked up from the chunk's statements (a report at a
+        # definition's name belongs to the definition, decorators included)
+        root = ast.Module(body=own + trailing, type_ignores=[])
         prefix, cls = "", None
         if chunk.parent is not None and not ol.whole:
             cls = ol.chunks[chunk.parent].name
@@ -179,11 +210,11 @@ def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> It
                     if info is None:
                         continue
                     for rep in rule.check_class(ClassView(ctx, module, node, info)):
-                        yield rep, node
+                        yield rep, root
                 elif rule.SCOPE != "class":
                     view = FunctionView(ctx, module, node, qual)
                     for rep in rule.check_function(view):
-                        yield rep, node
+                        yield rep, root
 
 
 # -- reports to candidates ------------------------------------------------------------------

@@ -162,6 +162,8 @@ class Engine:
             if d.record.skip:
                 continue
             candidates.extend((d.record.shown, c) for c in d.outcome.candidates)
+        for code, why in self.plan.broken.items():
+            errors.append(FileError(f"<rule {code}>", why))
         self._save_cache(done, result)
         sources_list = [
             SourceFile(

@@ -1,9 +1,10 @@
 """Bad input: each file gets one error line or is linted normally; never a traceback, never a
 stop for the other files. Ends with a property test over generated and mutated sources.
 
-A file is only read for errors when it can matter: the prefilter skips files holding no trigger
-substring of any enabled rule without parsing them (by design). So every bad file here holds
-`set_skip_topk`, and one test shows the same broken file without it is skipped.
+A file is only read for errors where it can matter: the prefilter skips files (and the
+definitions of a file) that hold nothing an enabled rule needs, without parsing them (by
+design). So every bad input here sits in a top-level definition that holds `set_skip_topk`,
+and one test shows the same broken file without it is skipped.
 """
 
 from __future__ import annotations
@@ -26,9 +27,11 @@ from hypothesis import strategies as st
 from ic_support import BAD_CLASS, RULE, TREE, assert_no_traceback, run_cli
 
 from invariant_check import cli as cli_module
-from invariant_check.engine import Engine, lint_source
+from invariant_check.analyze import Plan, lint_bytes
+from invariant_check.engine import PARALLEL_MIN_FILES, Engine
+from invariant_check.records import Outcome
 from invariant_check.registry import all_rules
-from invariant_check.types import FileError, FileResult
+from invariant_check.types import FileError
 
 TRIGGER = "set_skip_topk"
 ERROR_LINE = re.compile(r"^(?P<path>[^:]+)(?::(?P<line>\d+):(?P<col>\d+))?: error: (?P<msg>.+)$")
@@ -44,11 +47,11 @@ def errors_by_path(doc: dict) -> dict[str, dict]:
     return {e["path"]: e for e in doc["errors"]}
 
 
-# Each holds a module-level `def set_skip_topk`: IC003's prefilter cannot tie it to a class
-# that also compacts, so the file is parsed (and its bad input met).
+# Each holds a module-level `def set_skip_topk` and, in the same top-level chunk (module code
+# after it), the bad input: IC003 reads that chunk, so the bad input is met.
 TRIGGER_DEF = f"def {TRIGGER}(): pass"
 BAD_FILES: dict[str, bytes] = {
-    "syntax.py": f"{TRIGGER_DEF}\ndef f(:\n    pass\n".encode(),
+    "syntax.py": f"{TRIGGER_DEF}\nf = g(:\n    pass\n".encode(),
     "py2.py": f'print "{TRIGGER}"\n{TRIGGER_DEF}\n'.encode(),
     "non_utf8.py": f"def {TRIGGER}(): return '\xff\xfe'\n".encode("latin-1"),
     "bad_cookie.py": f"# -*- coding: no-such-codec -*-\n{TRIGGER_DEF}\n".encode(),
@@ -100,7 +103,7 @@ def test_syntax_errors_name_line_and_column(tmp_path):
         (tmp_path / name).write_bytes(BAD_FILES[name])
     _, doc = lint_json(tmp_path, ".")
     errors = errors_by_path(doc)
-    assert (errors["syntax.py"]["line"], errors["syntax.py"]["column"]) == (2, 7)
+    assert (errors["syntax.py"]["line"], errors["syntax.py"]["column"]) == (2, 7)  # at `:`
     assert errors["syntax.py"]["message"].startswith("syntax error")
     assert (errors["py2.py"]["line"], errors["py2.py"]["column"]) == (1, 1)
     assert "print" in errors["py2.py"]["message"]  # CPython's hint for Python 2 prints
@@ -123,6 +126,8 @@ def test_too_deep_in_worker_processes(tmp_path):
     (tmp_path / "deep.py").write_bytes(BAD_FILES["deep.py"])
     for i in range(8):
         (tmp_path / f"ok{i}.py").write_text(BAD_CLASS)
+    for i in range(PARALLEL_MIN_FILES):
+        (tmp_path / f"filler{i}.py").write_text("x = 1\n")
     run, doc = lint_json(tmp_path, "--jobs", "2", ".")
     assert run.code == 2
     assert [e["path"] for e in doc["errors"]] == ["deep.py"]
@@ -244,11 +249,35 @@ def test_file_deleted_while_linting(tmp_path):
 
 
 def test_file_deleted_between_scan_and_parse(tmp_path):
-    # the worker reads again when the scan took its digest from the cache: that read can fail
-    from invariant_check import engine as engine_mod
+    # a warm run takes the digest from the stat memo and reads the file only to analyse it:
+    # that read can fail
+    import time
 
-    result = engine_mod._work((str(tmp_path / "never.py"), "never.py", None))
-    assert result == (None, FileResult(error=FileError("never.py", "cannot read: file disappeared while linting")))
+    from invariant_check.cache import Cache
+
+    path = tmp_path / "never.py"
+    path.write_text(BAD_CLASS)
+    old = time.time_ns() - 1000 * 10**9
+    os.utime(path, ns=(old, old))
+    rules = [all_rules()[RULE]]
+    options = {RULE: rules[0].default_options()}
+    cache = Cache(tmp_path / "cache", "k")
+    Engine(rules, options, jobs=1, cache=cache, root=tmp_path, cwd=tmp_path).lint([path])
+    warm = Cache(tmp_path / "cache", "k")
+    warm.load()
+    warm.results.clear()  # the scan is cached, the analysis is not
+    engine = Engine(rules, options, jobs=1, cache=warm, root=tmp_path, cwd=tmp_path)
+    real_read = engine._read_for_project
+
+    def read_after_deletion(p):
+        path.unlink()
+        return real_read(p)
+
+    engine._read_for_project = read_after_deletion
+    engine.project = engine._new_project()
+    result = engine.lint([path])
+    assert result.errors == [FileError("never.py", "cannot read: file disappeared while linting")]
+    assert result.findings == []
 
 
 @pytest.mark.slow  # tens of seconds to a minute or more on 2 cores
@@ -276,7 +305,13 @@ def _seeds() -> list[str]:
 SEEDS = _seeds()
 RULES = list(all_rules().values())
 OPTIONS = {r.CODE: r.default_options() for r in RULES}
-TRIGGERS = sorted({t for r in RULES for t in (*r.triggers(OPTIONS[r.CODE]), *r.fact_triggers(OPTIONS[r.CODE]))})
+PLAN = Plan.build(RULES, OPTIONS)
+# what the rules look for: inserted into generated sources so that they get analysed
+TRIGGERS = [
+    "set_skip_topk", "compact_topk_indices", "set_skip_topk(True)", "attn_metadata", "md",
+    "FlashAttentionMetadata", "isinstance(", "assert ", "raise ", "for g in groups:\n    ",
+    "while x:\n    ", "[-1]", "next(iter(", "seq_lens", "max_seq_len", "self.model(",
+]
 ODD_TEXT = [
     "\ufeff", "\x00", "\r", "\r\n", "\t", "\x0c", "\\", "\u2028", "\u200f", "e\u0301", "\U0001f600",
     "'''", '"', "#", "# invariant-check: ignore", "# invariant-check: skip-file", "# -*- coding: latin-1 -*-\n",
@@ -328,22 +363,25 @@ def mutated_source(draw) -> bytes:
     return data
 
 
-def _check_result(result: FileResult) -> None:
-    assert isinstance(result, FileResult)
-    if result.error is not None:
-        assert result.error.path == "m.py" and result.error.message
-        assert "\n" not in result.error.message
+def _check_result(result: Outcome) -> None:
+    assert isinstance(result, Outcome)
+    for error in result.errors:
+        assert error.path == "m.py" and error.message
+        assert "\n" not in error.message
         # the rules must cope with anything that parses: a rule error here is a rule bug
-        assert "internal error" not in result.error.message, result.error.message
+        assert "internal error" not in error.message, error.message
+    if not result.parsed:
         assert result.candidates == []
     for cand in result.candidates:
         assert cand.finding.line >= 1 and cand.finding.column >= 1
 
 
 @settings(max_examples=200, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(mutated_source())
-def test_lint_source_never_raises(data):
-    _check_result(lint_source("m.py", data, RULES, OPTIONS))
+@given(data=mutated_source())
+def test_lint_bytes_never_raises(tmp_path_factory, data):
+    # hypothesis runs the body many times: one folder per example
+    root = tmp_path_factory.mktemp("m")
+    _check_result(lint_bytes("m.py", data, PLAN, root=root))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
@@ -374,7 +412,7 @@ def test_fifo_given_to_the_engine(tmp_path):
     assert [f.path for f in result.findings] == ["ok.py"]
 
 
-@pytest.mark.parametrize("filler", [0, 420], ids=["parse-pool", "scan-pool"])
+@pytest.mark.parametrize("filler", [PARALLEL_MIN_FILES + 20], ids=["pool"])
 def test_no_worker_processes_falls_back_to_serial(tmp_path, monkeypatch, filler):
     # sandboxes without /dev/shm (or a process limit) refuse the pool: lint serially, and say so
     from invariant_check import engine as engine_mod
@@ -423,24 +461,20 @@ def test_unlistable_folder(tmp_path):
     assert [f["path"] for f in doc["findings"]] == ["ok.py"]
 
 
-@pytest.mark.parametrize("stage", ["finalize", "expand_triggers"])
-def test_a_failing_cross_file_rule_does_not_stop_the_others(tmp_path, stage):
-    # A test-only rule (handed to the engine directly, not registered) whose cross-file pass
-    # raises: its candidates go, the error names it, IC003 still reports.
+@pytest.mark.parametrize("stage", ["needs", "__init__"])
+def test_a_rule_that_cannot_be_set_up_does_not_stop_the_others(tmp_path, stage):
+    # A test-only rule (handed to the engine directly, not registered) that raises while the
+    # run is planned: it is left out, the error names it, IC003 still reports.
     from invariant_check.rule import Rule
 
     class Broken(Rule):
         CODE = "IC990"
         NAME = "broken"
-        TRIGGERS = ("set_skip_topk",)
 
-        def visit_ClassDef(self, node):
-            self.report(node.name, "never shown")
-
-    def explode(cls, *args, **kwargs):
+    def explode(*args, **kwargs):
         raise ValueError("rule bug\nwith two lines")
 
-    setattr(Broken, stage, classmethod(explode))
+    setattr(Broken, stage, classmethod(explode) if stage == "needs" else explode)
     (tmp_path / "m.py").write_text(BAD_CLASS)
     ic003 = all_rules()[RULE]
     engine = Engine(
@@ -450,20 +484,24 @@ def test_a_failing_cross_file_rule_does_not_stop_the_others(tmp_path, stage):
     assert [(f.path, f.rule) for f in result.findings] == [("m.py", RULE)]
     (error,) = result.errors
     assert error.path == "<rule IC990>"
-    assert stage in error.message and "ValueError: rule bug" in error.message and "\n" not in error.message
+    assert "ValueError: rule bug with two lines" in error.message and "\n" not in error.message
 
 
 def test_a_rule_that_raises_in_one_file_does_not_silence_the_others(tmp_path):
     # A test-only rule that raises while visiting: the file gets an error naming it, and the
     # other rules' findings in that same file are still reported.
+    from invariant_check.analysis.needs import Words
     from invariant_check.rule import Rule
 
     class Crashing(Rule):
         CODE = "IC992"
         NAME = "crashing"
-        TRIGGERS = ("set_skip_topk",)
 
-        def visit_FunctionDef(self, node):
+        @classmethod
+        def needs(cls, options):
+            return Words("set_skip_topk")
+
+        def check_function(self, view):
             raise KeyError("no such thing")
 
     (tmp_path / "m.py").write_text(BAD_CLASS)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from invariant_check.cache import Cache, digest
+from invariant_check.cache import Cache, ScanInfo, digest
 
 
 def _old_file(path: Path, text: str) -> Path:
@@ -29,14 +29,14 @@ def test_parallel_saves_merge(tmp_path):
     second.load()  # both start from the same (empty) file
     for cache, path in ((first, a), (second, b)):
         d = digest(path.read_bytes())
-        cache.entry(d)["m"] = []
+        cache.put_scan_info(d, ScanInfo(False, False, ()))
         cache.remember(str(path), os.stat(path), d)
     assert first.save({digest(a.read_bytes())}) is None
     assert second.save({digest(b.read_bytes())}) is None
     merged = Cache(cache_dir, "k")
     merged.load()
-    assert set(merged.stat_memo) == {str(a), str(b)}
-    assert {digest(a.read_bytes()), digest(b.read_bytes())} <= set(merged.entries)
+    assert set(merged.stat) == {str(a), str(b)}
+    assert {digest(a.read_bytes()), digest(b.read_bytes())} <= set(merged.files)
 
 
 def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):

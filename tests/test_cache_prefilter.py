@@ -161,21 +161,34 @@ def test_identical_files_keep_their_own_paths(tmp_path):
     assert warm["summary"]["files_parsed"] == 0
 
 
+def _cache_files(tree: Path) -> tuple[Path, Path]:
+    """(the results file, the facts file) of the tree's cache folder."""
+    files = sorted((tree / ".invariant-check-cache").glob("*.json"))
+    results = [f for f in files if not f.name.startswith("facts-")]
+    facts = [f for f in files if f.name.startswith("facts-")]
+    assert len(results) == 1 and len(facts) == 1, files
+    return results[0], facts[0]
+
+
 def test_damaged_cache_is_ignored(tree):
     reference = lint(tree, "--select", RULE, "--no-cache")["findings"]
     lint(tree, "--select", RULE)
-    (cache_file,) = (tree / ".invariant-check-cache").glob("*.json")
-    for damage in ("{not json", "[]", '{"format": 2, "stat": [], "entries": 3}',
-                   '{"format": 2, "stat": {}, "entries": {"x": 5, "y": {"m": 3, "r": 1}}}'):
+    cache_file, facts_file = _cache_files(tree)
+    for damage in ("{not json", "[]", '{"format": 3, "stat": [], "files": 3}',
+                   '{"format": 3, "stat": {}, "files": {"x": 5}, "results": {"y": 3}, "words": {}}'):
         cache_file.write_text(damage)
+        facts_file.write_text(damage)
         assert lint(tree, "--select", RULE)["findings"] == reference, damage
     # entries of the right outer shape but wrong inner shape
     data = json.loads(cache_file.read_text())
-    for entry in data["entries"].values():
-        if "r" in entry:
-            entry["r"] = {path: {"candidates": [[1, 2]], "facts": 3} for path in entry["r"]}
-        entry["x"] = []
+    for per_path in data["results"].values():
+        for path in per_path:
+            per_path[path] = {"candidates": [[1, 2]], "deps": 3}
+    for d in data["files"]:
+        data["files"][d] = [1]
     cache_file.write_text(json.dumps(data))
+    facts = json.loads(facts_file.read_text())
+    facts_file.write_text(json.dumps({d: {"0:head": {"functions": 3}} for d in facts}))
     assert lint(tree, "--select", RULE)["findings"] == reference
 
 
@@ -283,7 +296,7 @@ def test_deleted_files_leave_the_cache(tree):
     for path in tree.rglob("*.py"):
         os.utime(path, ns=(old, old))
     lint(tree, "--select", RULE)
-    (cache_file,) = (tree / ".invariant-check-cache").glob("*.json")
+    cache_file, _ = _cache_files(tree)
     assert str(tree / "pkg" / "many" / "m3.py") in json.loads(cache_file.read_text())["stat"]
     (tree / "pkg" / "many" / "m3.py").unlink()
     (tree / "pkg" / "touch.py").write_text("x = 1\n")  # something new, so the run saves
@@ -296,15 +309,20 @@ def test_deleted_files_leave_the_cache(tree):
 def test_the_comparison_has_teeth(tmp_path):
     # A test-only rule whose trigger does not cover what it reports: the prefilter then hides
     # a finding, and comparing against --no-prefilter is what exposes it.
-    from invariant_check.rule import Rule
+    from invariant_check.analysis.needs import Words
+    from invariant_check.rule import Report, Rule
 
     class Leaky(Rule):
         CODE = "IC991"
         NAME = "leaky"
-        TRIGGERS = ("never_present_anywhere",)
+        SCOPE = "class"
 
-        def visit_ClassDef(self, node):
-            self.report(node.name, "class")
+        @classmethod
+        def needs(cls, options):
+            return Words("never_present_anywhere")
+
+        def check_class(self, view):
+            yield Report(view.node, "class")
 
     write_tree(tmp_path, {"a.py": "class A:\n    pass\n"})
     files = [tmp_path / "a.py"]

@@ -1,4 +1,4 @@
-"""The parallel scan (large trees: read, prefilter and parse in forked workers) must give
+"""The parallel path (large trees: scan, parse and analyse in forked workers) must give
 exactly what the serial path gives, cold and from the cache."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ PLAIN = "def f{n}(x):\n    return x + {n}\n"
 @pytest.fixture(scope="module")
 def big_tree(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("big")
-    count = engine_mod.PARALLEL_SCAN_MIN_FILES + 50
+    count = engine_mod.PARALLEL_MIN_FILES + 50
     for n in range(count):
         sub = root / f"pkg{n % 7}"
         sub.mkdir(exist_ok=True)
@@ -69,8 +69,8 @@ def test_parallel_scan_matches_serial(big_tree, tmp_path):
     assert key(parallel) == key(serial)
     rules = {f["rule"] for f in serial["findings"]}
     assert rules == {"IC001", "IC003"}
-    assert serial["summary"]["files_checked"] == engine_mod.PARALLEL_SCAN_MIN_FILES + 51
-    # only the trigger files were parsed, in both modes
+    assert serial["summary"]["files_checked"] == engine_mod.PARALLEL_MIN_FILES + 51
+    # only the files a rule needs were parsed, in both modes
     assert parallel["summary"]["files_parsed"] == serial["summary"]["files_parsed"] < 20
 
 

@@ -253,6 +253,10 @@ def _boundaries(text: str, code_lines: list[int], indent: int, strings, starts) 
             continue
         p = pos + indent
         m = _DEF_WORD.match(text, p)
+        if m is not None and not m.group(1):
+            m = None  # `class \` with the name on the next line: left inside its neighbour
+            pending = None
+            continue
         if m is not None:
             kind = CLASS if text.startswith("class", p) else DEF
             out.append((pending if pending is not None else pos, p, kind, m.group(1)))

@@ -108,7 +108,13 @@ class Module:
     @property
     def data(self) -> bytes:
         if self._data is None:
-            self._data = self.project.read(self.path)
+            try:
+                self._data = self.project.read(self.path)
+            except OSError as exc:
+                # gone or unreadable since it was listed: it holds nothing, and says why
+                self._data = b""
+                reason = "file disappeared while linting" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+                self.error = f"cannot read: {reason}"
         return self._data
 
     def _touch(self) -> None:
@@ -118,10 +124,11 @@ class Module:
     def source(self) -> Source:
         self._touch()
         if self._source is None:
+            data = self.data
             try:
-                text = decode(self.data)
+                text = decode(data)
             except DecodeError as exc:
-                self.error = f"cannot decode: {exc}"
+                self.error = self.error or f"cannot decode: {exc}"
                 text = ""
             self._source = Source(self.project.display(self.path), text)
         return self._source
@@ -251,7 +258,8 @@ class Module:
 
     def _stored_facts(self) -> dict | None:
         if self._stored is None:
-            self._stored = self.project.stored_facts(self) or {}
+            stored = self.project.stored_facts(self)
+            self._stored = stored if isinstance(stored, dict) else {}
             if self._stored.get("whole") and not (self._outline is not None and self._outline.whole):
                 # an earlier run found that its chunks do not parse alone
                 self._outline = Outline(self.source.text, [Chunk(0, HEAD, None, 0, len(self.source.text), 1, 0)], whole=True)

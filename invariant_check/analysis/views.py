@@ -28,13 +28,29 @@ class Span:
 
 
 def name_span(source: Source, node: ast.AST) -> Span:
-    """Where the name of a `def`/`class` statement is (ast has no node for it)."""
-    name = getattr(node, "name", "")
-    line = source.line_text(node.lineno).encode("utf-8")
-    at = line.find(name.encode("utf-8"), node.col_offset)
-    if at < 0:
-        return Span(node.lineno, node.col_offset, node.lineno, node.col_offset)
-    return Span(node.lineno, at, node.lineno, at + len(name.encode("utf-8")))
+    """Where the name of a `def`/`class` statement is (ast has no node for it): after its
+    keyword, possibly on a continuation line."""
+    name = getattr(node, "name", "").encode("utf-8")
+    end_line = getattr(node, "end_lineno", None) or node.lineno
+    col = node.col_offset
+    for line in range(node.lineno, min(end_line, node.lineno + 8) + 1):
+        text = source.line_text(line).encode("utf-8")
+        at = _word_at(text, name, col)
+        if at >= 0:
+            return Span(line, at, line, at + len(name))
+        col = 0
+    return Span(node.lineno, node.col_offset, node.lineno, node.col_offset)
+
+
+def _word_at(text: bytes, word: bytes, start: int) -> int:
+    at = text.find(word, start)
+    while at >= 0:
+        before = text[at - 1 : at]
+        after = text[at + len(word) : at + len(word) + 1]
+        if not (before.isalnum() or before == b"_") and not (after.isalnum() or after == b"_"):
+            return at
+        at = text.find(word, at + 1)
+    return -1
 
 
 class Context:
