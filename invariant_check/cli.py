@@ -104,7 +104,7 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
             ignore=check_codes(_split_codes(ignore), "--ignore"),
             warn_unused_ignores=warn_unused_ignores,
         )
-        index = ProjectIndex(config_file, cwd)
+        index = ProjectIndex(config_file, cwd, [p for p in paths if p != "-"] if not use_stdin else [stdin_filename or "."])
         settings = RunSettings(selection, jobs=jobs, cache=not no_cache, cache_dir=cache_dir, prefilter=not no_prefilter)
         cli_exclude = PathGlobs(exclude, cwd)
         if use_stdin:
@@ -153,13 +153,29 @@ def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
     from .projects import group, lint_projects
 
     found = discover(paths, scope_for=index.for_folder, exclude=cli_exclude, respect_gitignore=respect_gitignore, cwd=cwd)
-    result = lint_projects(group(found.files, index), settings, cwd=cwd)
+    projects = group(found.files, index)
+    for project in projects:
+        project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd)
+    result = lint_projects(projects, settings, cwd=cwd)
     result.errors.extend(found.errors)
     result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
     # a path that does not exist was never a file to check; one that cannot be read was
     result.files_seen += len(found.errors) - found.not_found
     result.paths_not_found = found.not_found
     return result
+
+
+def _listing(project, index, cli_exclude, respect_gitignore, cwd):
+    """Every Python file of a project, found as discovery finds them (lazily: only a
+    project-wide question asks)."""
+    from .discovery import discover
+
+    def listing():
+        found = discover([str(project.config.root)], scope_for=index.for_folder, exclude=cli_exclude,
+                         respect_gitignore=respect_gitignore, cwd=cwd)
+        return [p for p, scope in found.files if scope is project]
+
+    return listing
 
 
 def _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd):
@@ -170,15 +186,9 @@ def _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_giti
 
     path = Path(os.path.abspath(cwd / (stdin_filename if stdin_filename is not None else "-")))
     project = index.for_folder(str(path.parent))
-    files = [path]
-    if stdin_filename is not None:
-        if project.config.source is not None:
-            top = project.config.root
-        else:
-            top = cwd if path.is_relative_to(cwd) else path.parent
-        found = discover([str(top)], scope_for=index.for_folder, exclude=cli_exclude, respect_gitignore=respect_gitignore, cwd=cwd)
-        files += [p for p, scope in found.files if scope is project and p != path]
-    project.files = files
+    # only the buffer is linted; the project model reads the rest of the project as needed
+    project.files = [path]
+    project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd)
     result = lint_projects([project], settings, cwd=cwd, sources={path: data})
     shown = display_path(path, cwd)
     result.findings = [f for f in result.findings if f.path == shown]

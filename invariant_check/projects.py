@@ -2,9 +2,13 @@
 
 Each file is linted under the nearest `pyproject.toml` with a `[tool.invariant-check]` table
 in its folder or above (as ruff does), or under `--config` for every file. Files without one
-get the defaults, rooted at the current folder. One `Engine` runs per project, with `root` =
-that configuration's folder; the results are merged into one report and one exit status.
-Cross-file facts (base classes, helpers) are only shared within a project.
+get the defaults. One `Engine` runs per project, with `root` = that configuration's folder;
+the results are merged into one report and one exit status.
+
+The project root is where the project model (imports, base classes, helpers, callers) is read
+from, whatever files are passed: the configuration's folder; without one, the version-control
+root (`.git`, `.hg`) above the linted paths; else their common parent, widened to the folder
+above the top package holding it (so `vllm/v1/x.py` and `vllm/` name the same project).
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ class Project:
     walk_excludes: PathGlobs
     respect_gitignore: bool
     files: list[Path] = field(default_factory=list)
+    # every Python file of the project (for project-wide questions); set by the command line,
+    # which knows the discovery settings
+    listing: Any = None
 
     @classmethod
     def of(cls, config: Config) -> Project:
@@ -41,8 +48,9 @@ class ProjectIndex:
     """The project of each folder, found once per folder. Raises ConfigError for a bad
     configuration file (the run stops: it is the user's setup, not one bad input)."""
 
-    def __init__(self, config_file: Path | None, cwd: Path) -> None:
+    def __init__(self, config_file: Path | None, cwd: Path, paths: list[str] | None = None) -> None:
         self.cwd = cwd
+        self.default_root = default_root([Path(os.path.abspath(cwd / p)) for p in (paths or ["."])])
         self._fixed = Project.of(load_config(config_file)) if config_file is not None else None
         self._by_folder: dict[str, Project] = {}
         self._by_source: dict[str, Project] = {}
@@ -78,7 +86,7 @@ class ProjectIndex:
             cur = parent
         if found is None:
             if self._default is None:
-                self._default = Project.of(load_config(None, fallback_root=self.cwd))
+                self._default = Project.of(load_config(None, fallback_root=self.default_root))
             found = self._default
         for f in chain:
             self._by_folder[f] = found
@@ -170,6 +178,7 @@ def lint_projects(
             per_file_ignores=cfg.per_file_ignores,
             root=cfg.root,
             cwd=cwd,
+            listing=project.listing,
         )
         members = set(project.files)
         given = {p: b for p, b in (sources or {}).items() if p in members}
@@ -183,6 +192,22 @@ def lint_projects(
     merged.rules = [enabled[c] for c in sorted(enabled)]
     merged.findings.sort(key=Finding.sort_key)
     return merged
+
+
+def default_root(paths: list[Path]) -> Path:
+    """The root of a project without configuration (see the module's documentation)."""
+    folders = [p if p.is_dir() else p.parent for p in paths]
+    try:
+        common = Path(os.path.commonpath([str(f) for f in folders]))
+    except ValueError:  # different drives
+        common = folders[0]
+    for folder in (common, *common.parents):
+        if (folder / ".git").exists() or (folder / ".hg").exists():
+            return folder
+    top = common
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    return top
 
 
 def group(found_files: list[tuple[Path, Project]], index: ProjectIndex) -> list[Project]:
