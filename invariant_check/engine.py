@@ -73,7 +73,8 @@ class _CacheFacts(FactStore):
         return self.cache.facts().get(d) if self.cache is not None else None
 
     def put(self, d: str, chunk_facts: dict) -> None:
-        self.new[d] = chunk_facts
+        if self.cache is not None:  # kept only to be saved
+            self.new[d] = chunk_facts
 
 
 class Engine:

@@ -5,15 +5,14 @@ from typing import Any, Iterator
 
 from invariant_check.analysis.facts import ref
 from invariant_check.analysis.needs import (
-    FOR_STATEMENT,
     LAST_INDEX,
     NEXT_OF_ITER,
-    WHILE_STATEMENT,
     All,
     Any as AnyOf,
     Names,
+    TYPE_CALL,
+    AfterLoop,
     LoopLeftover,
-    Words,
     picked,
     subscripted,
 )
@@ -462,15 +461,14 @@ def build(self, groups):
     @classmethod
     def needs(cls, options: dict[str, Any]):
         md, types = _matchers(options)
-        loop = AnyOf(FOR_STATEMENT, WHILE_STATEMENT)
-        type_check = All(types, Words("isinstance", "type"))
+        type_check = All(types, TYPE_CALL)
         return AnyOf(
             # a metadata name a loop leaves behind, checked any way
             LoopLeftover(md),
-            # a metadata collection subscripted by a loop's variable
-            All(subscripted(md), loop),
-            # any name a loop leaves behind, checked against a metadata type
-            All(type_check, loop),
+            # a metadata collection subscripted by a loop's variable, after the loop
+            AfterLoop(subscripted(md)),
+            # any name a loop leaves behind, checked against a metadata type after the loop
+            AfterLoop(type_check),
             # one entry picked out of a metadata collection, or checked against a type
             picked(md),
             All(type_check, AnyOf(LAST_INDEX, NEXT_OF_ITER)),

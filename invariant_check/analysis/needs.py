@@ -110,6 +110,7 @@ class Statement(Need):
 
     def __init__(self, keyword: str) -> None:
         self.keyword = keyword
+        self._recent: list = []
         self._bytes = keyword.encode()
         self._prefix = re.compile(r"[ \t]*(?:async[ \t]+)?\Z")
 
@@ -122,6 +123,16 @@ class Statement(Need):
     def first(self, text: str, start: int = 0, end: int | None = None) -> int:
         """Offset of the first such statement's line in the range; -1 if none."""
         end = len(text) if end is None else end
+        key = (id(text), start, end)
+        for k, v in self._recent:
+            if k == key and v[0] is text:
+                return v[1]
+        found = self._first(text, start, end)
+        self._recent.insert(0, (key, (text, found)))
+        del self._recent[8:]
+        return found
+
+    def _first(self, text: str, start: int, end: int) -> int:
         k = len(self.keyword)
         pos = text.find(self.keyword, start, end)
         while pos >= 0:
@@ -139,6 +150,30 @@ class Statement(Need):
 
 FOR_STATEMENT = Statement("for")
 WHILE_STATEMENT = Statement("while")
+
+
+class AfterLoop(Need):
+    """`need` holds in the text from the first loop statement on: what a loop leaves behind is
+    checked after the loop's header (its body, then the code after it, come later)."""
+
+    def __init__(self, need: Need) -> None:
+        self.need = need
+        self.cost = need.cost + 2
+        self._loops = (FOR_STATEMENT, WHILE_STATEMENT)
+
+    def quick(self, data: bytes, lower: bytes) -> bool:
+        return (b"for" in data or b"while" in data) and self.need.quick(data, lower)
+
+    def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
+        end = len(text) if end is None else end
+        first = min((p for p in (s.first(text, start, end) for s in self._loops) if p >= 0), default=-1)
+        return first >= 0 and self.need.holds(text, first, end)
+
+    def describe(self) -> str:
+        return f"after a loop statement: ({self.need.describe()})"
+
+
+
 LAST_INDEX = Pattern(r"\[[\s(]*-[\s(]*1[\s)]*\]", "-", "a `[-1]` subscript")
 NEXT_OF_ITER = Pattern(r"next\s*\(\s*(?:iter|reversed)\s*\(", "next", "`next(iter(...))`")
 
@@ -342,15 +377,20 @@ def picked(names: Names) -> Around:
 
 _WORD = re.compile(r"\w*")
 
-_LOWER: list = [None, None]  # the last text lowered, and its lower-cased copy
+_LOWER: list = []  # (text, its lower-cased copy or None): the raw and the masked text of a file
 
 
 def _lowered(text: str) -> str | None:
-    """`text.lower()` with the same offsets (ASCII text), cached for the text last asked."""
-    if _LOWER[0] is not text:
-        _LOWER[0] = text
-        _LOWER[1] = text.lower() if text.isascii() else None
-    return _LOWER[1]
+    """`text.lower()` with the same offsets, cached for the texts last asked."""
+    for known, low in _LOWER:
+        if known is text:
+            return low
+    low = text.lower()
+    # a few characters lower to two (`İ`): then offsets would shift, so search by regex
+    entry = (text, low if len(low) == len(text) else None)
+    _LOWER.insert(0, entry)
+    del _LOWER[2:]
+    return entry[1]
 
 
 def _find(text: str, literal: str, start: int, end: int, case_sensitive: bool) -> int:
@@ -430,3 +470,10 @@ class Everything(Need):
 
     def describe(self) -> str:
         return "anything"
+
+
+# a call of isinstance() or type() (not `x.type`, not `dtype`)
+TYPE_CALL = Any(
+    Pattern(r"(?<![\w.])isinstance\s*\(", "isinstance", "`isinstance(`"),
+    Pattern(r"(?<![\w.])type\s*\(", "type", "`type(`"),
+)

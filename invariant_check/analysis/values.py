@@ -276,7 +276,8 @@ class LastValues:
     def _check_test(self, test, stmt, state, flags, *, raises: bool, in_loop_test: bool = False) -> None:
         """A test of an `assert`, `if` or `while`: type checks anywhere in it; for an assert or
         an `if` that raises, also any mention of a tracked value; flags branched on."""
-        if not self._may_matter(test, state, flags, ("isinstance", "type")):
+        # a check reports a tracked value or a one-entry pick: without either in its text, none
+        if not self._may_matter(test, state, flags):
             return
         # 1. isinstance(x, T) / type(x) <op> T
         for call in _calls_in(test):
