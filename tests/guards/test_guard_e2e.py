@@ -5,7 +5,8 @@ every violation asserted here was found and written by another process than the 
 
 The dense tiny model has no top-k buffer (sparse attention does not run on CPU), so end to end the
 topk-layout guard sees the call order and the slot ids; buffer contents are covered by the unit
-tests on the real V3.2 module. About 30-60 s and 3 GB per run; four runs.
+tests on the real V3.2 module. The metadata-coherence guard sees vLLM 0.32's real draft steps.
+About 30-60 s and 3 GB per run; five runs.
 """
 
 from __future__ import annotations
