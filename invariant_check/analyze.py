@@ -127,14 +127,15 @@ class _Pick:
 
 
 def _pick(module: Module, rules: list[Rule], plan: Plan) -> dict[str, list[_Pick]]:
-    raw = module.source.text
     picks: dict[str, list[_Pick]] = {}
-    # the whole text first: a file it fails is never outlined (the text holds every chunk's)
-    rules = [r for r in rules if plan.needs[r.CODE].holds(raw)]
+    # the whole text first (docstrings included: a superset): a file that fails it is never
+    # outlined, and most files fail it
+    text = module.source.text
+    rules = [r for r in rules if plan.needs[r.CODE].holds(text)]
     if not rules:
         return picks
     ol = module.outline
-    text = ol.masked()
+    ol.exclude_prose()
     code_span = None
     for rule in rules:
         need = plan.needs[rule.CODE]

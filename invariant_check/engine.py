@@ -38,7 +38,7 @@ from .types import FileError, Finding
 
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_MIN_FILES = 200
-BATCH = 64
+BATCH = 24  # small enough that the two busiest workers finish close together
 
 
 @dataclass
@@ -187,11 +187,49 @@ class Engine:
 
     # -- stages 1-4 for every file -----------------------------------------------------------
     def _run(self, paths: list[Path], result: LintResult) -> list[_Done]:
-        if self.jobs > 1 and len(paths) >= PARALLEL_MIN_FILES and sys.platform == "linux" and not self._sources:
-            done = self._run_parallel(paths)
-            if done is not None:
-                return done
-        return [self._one(p) for p in paths]
+        # What the cache vouches for is answered here (no read, no worker); the rest is
+        # scanned and analysed, in workers when there is much of it.
+        done: dict[Path, _Done] = {}
+        misses = paths
+        if self.cache is not None:
+            misses = []
+            for p in paths:
+                d = self._from_cache(p)
+                if d is None:
+                    misses.append(p)
+                else:
+                    done[p] = d
+        if self.jobs > 1 and len(misses) >= PARALLEL_MIN_FILES and sys.platform == "linux" and not self._sources:
+            fresh = self._run_parallel(misses)
+            if fresh is not None:
+                done.update((d.record.path, d) for d in fresh)
+                return [done[p] for p in paths]
+        for p in misses:
+            done[p] = self._one(p)
+        return [done[p] for p in paths]
+
+    def _from_cache(self, path: Path) -> _Done | None:
+        """A file whose bytes the stat memo knows, answered from the cache alone; None when
+        it must be read or analysed."""
+        if path in self._sources:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        known = self.cache.digest_for(str(path), st)
+        info = self.cache.scan_info(known) if known is not None else None
+        if info is None:
+            return None
+        rec = ScanRecord(path, self._shown(path), known, info.has_marker, info.skip, info.rules)
+        d = _Done(rec)
+        if not rec.rules or rec.skip:
+            return d
+        cached = self.cache.outcome(known, rec.shown)
+        if cached is None or not self._still_valid(cached):
+            return None
+        d.outcome, d.cache_hit = cached, True
+        return d
 
     def _run_parallel(self, paths: list[Path]) -> list[_Done] | None:
         batches = [paths[i : i + BATCH] for i in range(0, len(paths), BATCH)]
@@ -320,10 +358,10 @@ class Engine:
             if d.stat_memo is not None:
                 self.cache.stat[str(rec.path)] = d.stat_memo
                 self.cache.dirty = True
+            if rec.digest not in self.cache.files:  # scanned in a worker
+                self.cache.put_scan_info(rec.digest, ScanInfo(rec.has_marker, rec.skip, rec.rules))
             if d.analysed and d.outcome is not None:
                 self.cache.put_outcome(rec.digest, rec.shown, d.outcome)
-                if rec.digest not in self.cache.files:
-                    self.cache.put_scan_info(rec.digest, ScanInfo(rec.has_marker, rec.skip, rec.rules))
         from .analysis.project import ChunkFacts
 
         for file_digest, chunks in self._facts.new.items():

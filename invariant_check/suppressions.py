@@ -39,9 +39,9 @@ def has_marker(data: bytes, lower: bytes | None = None) -> bool:
     """Whether the bytes may hold a suppression comment (cheap; no tokenizing)."""
     if MARKER in data:
         return True
-    if b"noqa" not in data and b"NOQA" not in data and b"Noqa" not in data:
-        return False
     lower = data.lower() if lower is None else lower
+    if b"noqa" not in lower:
+        return False
     # each `noqa`, then the rest of its line: does it name one of our codes?
     pos = lower.find(b"noqa")
     while pos >= 0:

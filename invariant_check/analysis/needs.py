@@ -19,12 +19,68 @@ fixtures: findings with the prefilter equal findings with every definition parse
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Callable, Iterable
 
 from ..globs import name_matcher, name_regex, required_literals
+
+
+class _PerText:
+    """Answers about a whole text, computed once and kept for the last few texts: a rule asks
+    about a file and then about each of its definitions, and the answers for a range are a
+    slice of the answers for the whole text."""
+
+    def __init__(self, compute) -> None:
+        self.compute = compute
+        self._recent: list = []
+
+    def __call__(self, text: str):
+        for known, value in self._recent:
+            if known is text:
+                return value
+        value = self.compute(text)
+        self._recent.insert(0, (text, value))
+        del self._recent[3:]
+        return value
+
+
+_EXCLUDED: list = []  # (text, span starts, spans): prose regions of texts asked about lately
+
+
+def exclude(text: str, spans: list[tuple[int, int]]) -> None:
+    """From now on, ignore what lies inside these spans of `text` (its docstrings and other
+    multi-line strings: prose, not code). A file is first checked whole, spans included (a
+    superset), then definition by definition without them."""
+    _EXCLUDED.insert(0, (text, [s for s, _ in spans], spans))
+    del _EXCLUDED[3:]
+
+
+def _inside(text: str, pos: int) -> bool:
+    return _excluded_end(text, pos) >= 0
+
+
+def _excluded_end(text: str, pos: int) -> int:
+    """The end of the excluded span holding `pos`; -1 when none does."""
+    for known, starts, spans in _EXCLUDED:
+        if known is text:
+            k = bisect.bisect_right(starts, pos) - 1
+            if k >= 0 and spans[k][0] <= pos < spans[k][1]:
+                return spans[k][1]
+            return -1
+    return -1
+
+
+def _first_at(at: list[int], text: str, start: int, end: int) -> int:
+    """The first position of a sorted list in [start, end) outside the excluded spans."""
+    i = bisect.bisect_left(at, start)
+    while i < len(at) and at[i] < end:
+        if not _inside(text, at[i]):
+            return at[i]
+        i += 1
+    return -1
 
 
 class Need:
@@ -52,6 +108,7 @@ class Words(Need):
 
     def __init__(self, *words: str) -> None:
         object.__setattr__(self, "words", tuple(w for w in words if w))
+        object.__setattr__(self, "_index", _PerText(self._all))
 
     @cached_property
     def _bytes(self) -> tuple[bytes, ...]:
@@ -67,16 +124,21 @@ class Words(Need):
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         end = len(text) if end is None else end
+        return _first_at(self._index(text), text, start, end) >= 0
+
+    def _all(self, text: str) -> list[int]:
+        """Offsets of every whole-word occurrence of the words, in order."""
+        out = []
         for word in self.words:
             k = len(word)
-            pos = text.find(word, start, end)
+            pos = text.find(word)
             while pos >= 0:
-                before = text[pos - 1 : pos] if pos > start else ""
+                before = text[pos - 1 : pos] if pos else ""
                 after = text[pos + k : pos + k + 1]
                 if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-                    return True
-                pos = text.find(word, pos + 1, end)
-        return False
+                    out.append(pos)
+                pos = text.find(word, pos + 1)
+        return sorted(out)
 
     def describe(self) -> str:
         return " | ".join(f"`{w}`" for w in self.words) or "nothing"
@@ -97,7 +159,16 @@ class Pattern(Need):
         return self.literal in data
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
-        return self.regex.search(text, start, len(text) if end is None else end) is not None
+        end = len(text) if end is None else end
+        pos = start
+        while True:
+            m = self.regex.search(text, pos, end)
+            if m is None:
+                return False
+            skip = _excluded_end(text, m.start())
+            if skip < 0:
+                return True
+            pos = max(skip, m.start() + 1)  # past the prose the match sits in
 
     def describe(self) -> str:
         return self._describe
@@ -110,8 +181,11 @@ class Statement(Need):
 
     def __init__(self, keyword: str) -> None:
         self.keyword = keyword
-        self._recent: list = []
+        self._lines = _PerText(self._all)
         self._bytes = keyword.encode()
+        # the keyword (a literal first: the regex engine finds it fast), then what precedes it
+        # on its line must be indentation (or `async`)
+        self._regex = re.compile(re.escape(keyword) + r"(?![\w])")
         self._prefix = re.compile(r"[ \t]*(?:async[ \t]+)?\Z")
 
     def quick(self, data: bytes, lower: bytes) -> bool:
@@ -123,26 +197,20 @@ class Statement(Need):
     def first(self, text: str, start: int = 0, end: int | None = None) -> int:
         """Offset of the first such statement's line in the range; -1 if none."""
         end = len(text) if end is None else end
-        key = (id(text), start, end)
-        for k, v in self._recent:
-            if k == key and v[0] is text:
-                return v[1]
-        found = self._first(text, start, end)
-        self._recent.insert(0, (key, (text, found)))
-        del self._recent[8:]
-        return found
+        return _first_at(self._lines(text), text, start, end)
 
-    def _first(self, text: str, start: int, end: int) -> int:
-        k = len(self.keyword)
-        pos = text.find(self.keyword, start, end)
-        while pos >= 0:
-            after = text[pos + k : pos + k + 1]
-            if not (after.isalnum() or after == "_"):
-                line_start = text.rfind("\n", 0, pos) + 1
-                if self._prefix.match(text, line_start, pos):
-                    return max(start, line_start)
-            pos = text.find(self.keyword, pos + k, end)
-        return -1
+    def _all(self, text: str) -> list[int]:
+        """Line starts of every such statement in the text, in order."""
+        out = []
+        prefix = self._prefix
+        for m in self._regex.finditer(text):
+            pos = m.start()
+            if pos and (text[pos - 1].isalnum() or text[pos - 1] == "_"):
+                continue
+            line_start = text.rfind("\n", 0, pos) + 1
+            if prefix.match(text, line_start, pos):
+                out.append(line_start)
+        return out
 
     def describe(self) -> str:
         return f"a `{self.keyword}` statement"
@@ -204,12 +272,18 @@ class Names(Need):
         self._literals = tuple(lit.encode() for lit in self._text_literals)
         # without a literal (a bare `*`) every identifier is a candidate: use the regex
         self._scan = all(self._text_literals)
-        self._recent: list = []
-        self._ident = re.compile(r"[\w]+")
+        self._index = _PerText(self._all)
+        self._quick_for: bytes | None = None
+        self._quick_answer = False
 
     def quick(self, data: bytes, lower: bytes) -> bool:
+        # several atoms of one rule ask about the same bytes: answer once per file
+        if self._quick_for is data:
+            return self._quick_answer
         hay = data if self.case_sensitive else lower
-        return any(lit in hay for lit in self._literals)  # b"" (a bare `*`) is always in
+        answer = any(lit in hay for lit in self._literals)  # b"" (a bare `*`) is always in
+        self._quick_for, self._quick_answer = data, answer
+        return answer
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         for _ in self.occurrences(text, start, end):
@@ -217,24 +291,21 @@ class Names(Need):
         return False
 
     def occurrences(self, text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-        """(start, end) of each identifier in the range that matches the globs (the last few
-        answers are kept: several atoms of one rule ask about the same range)."""
+        """(start, end) of each identifier in the range that matches the globs."""
         end = len(text) if end is None else end
-        key = (id(text), start, end)
-        for k, v in self._recent:
-            if k == key and v[0] is text:
-                return v[1]
-        found = list(self._occurrences(text, start, end))
-        self._recent.append((key, (text, found)))
-        if len(self._recent) > 8:
-            self._recent.pop(0)
-        return found
+        found, starts = self._index(text)
+        i = bisect.bisect_left(starts, start)
+        j = bisect.bisect_left(starts, end)
+        return [span for span in found[i:j] if span[1] <= end and not _inside(text, span[0])]
+
+    def _all(self, text: str) -> tuple[list[tuple[int, int]], list[int]]:
+        if not self._scan:
+            found = [(m.start(), m.end()) for m in self._regex.finditer(text)]
+        else:
+            found = sorted(set(self._occurrences(text, 0, len(text))))
+        return found, [a for a, _ in found]
 
     def _occurrences(self, text: str, start: int, end: int):
-        if not self._scan:
-            for m in self._regex.finditer(text, start, end):
-                yield m.start(), m.end()
-            return
         # find each literal (fast), widen it to its identifier, test that identifier
         for lit in self._text_literals:
             pos = _find(text, lit, start, end, self.case_sensitive)
@@ -283,22 +354,39 @@ class Around(Need):
         self.before = re.compile(before) if before else None
         self.before_words = before_words  # `before` can only match a line holding one of these
         self._describe = describe
+        self._recent: list = []
 
     def quick(self, data: bytes, lower: bytes) -> bool:
         return self.names.quick(data, lower)
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         end = len(text) if end is None else end
-        for a, b in self.names.occurrences(text, start, end):
-            if self._in_context(text, a, b, start, end):
-                return True
-        return False
+        in_context = self._contexts(text)
+        return any(in_context(a, b) for a, b in self.names.occurrences(text, start, end))
 
-    def _in_context(self, text: str, a: int, b: int, start: int, end: int) -> bool:
-        if self.after is not None and self.after.match(text, b, end):
+    def _contexts(self, text: str):
+        """A memoised test of one occurrence's context, read on the whole text (so the answer
+        does not depend on the range asked about: a definition's range never cuts a line)."""
+        for known, fn in self._recent:
+            if known is text:
+                return fn
+        memo: dict[int, bool] = {}
+
+        def in_context(a: int, b: int) -> bool:
+            got = memo.get(a)
+            if got is None:
+                got = memo[a] = self._in_context(text, a, b)
+            return got
+
+        self._recent.insert(0, (text, in_context))
+        del self._recent[3:]
+        return in_context
+
+    def _in_context(self, text: str, a: int, b: int) -> bool:
+        if self.after is not None and self.after.match(text, b):
             return True
         if self.before is not None:
-            line_start = max(start, text.rfind("\n", 0, a) + 1)
+            line_start = text.rfind("\n", 0, a) + 1
             if self.before_words and not any(text.find(w, line_start, a) >= 0 for w in self.before_words):
                 return False
             if self.before.search(text, line_start, a):
@@ -309,10 +397,6 @@ class Around(Need):
         return self._describe or f"{self.names.describe()} in context"
 
 
-# Where a name is bound (a superset): followed, maybe after closing brackets or a subscript,
-# by `=` (not `==`), an augmented `op=`, `:=`, `: annotation =`; followed by `, other targets =`
-# or by `in` (a `for` target); or preceded on its line by `for`, `as`, `import`, `def`,
-# `class`, `case` (loop and comprehension targets, with/except/import aliases, walrus).
 _BIND_AFTER = (
     r"(?:[\s)\]]*|\s*\[[^\n]*?\][\s)\]]*)"
     r"(?:=(?!=)|(?://|\*\*|>>|<<|[-+*/%&|^@])=|:=|:[^\n=]*=(?!=))"
@@ -347,8 +431,9 @@ class LoopLeftover(Around):
         first = min((p for p in (s.first(text, start, end) for s in self._loops) if p >= 0), default=-1)
         if first < 0:
             return False
+        in_context = self._contexts(text)
         for a, b in self.names.occurrences(text, first, end):
-            if not self._in_context(text, a, b, start, end):
+            if not in_context(a, b):
                 continue
             line_end = text.find("\n", b, end)
             if line_end >= 0 and Words(text[a:b]).holds(text, line_end, end):
@@ -472,8 +557,37 @@ class Everything(Need):
         return "anything"
 
 
+class Call(Need):
+    """A call of a bare name (`isinstance(`, not `x.isinstance(` or `my_isinstance(`)."""
+
+    def __init__(self, *names: str) -> None:
+        self.names = names
+        self._bytes = tuple(n.encode() for n in names)
+        self._index = _PerText(self._all)
+        self._paren = re.compile(r"\s*\(")
+
+    def quick(self, data: bytes, lower: bytes) -> bool:
+        return any(b in data for b in self._bytes)
+
+    def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
+        end = len(text) if end is None else end
+        return _first_at(self._index(text), text, start, end) >= 0
+
+    def _all(self, text: str) -> list[int]:
+        out = []
+        for name in self.names:
+            k = len(name)
+            pos = text.find(name)
+            while pos >= 0:
+                before = text[pos - 1 : pos] if pos else ""
+                if not (before.isalnum() or before in ("_", ".")) and self._paren.match(text, pos + k):
+                    out.append(pos)
+                pos = text.find(name, pos + 1)
+        return sorted(out)
+
+    def describe(self) -> str:
+        return " | ".join(f"`{n}(`" for n in self.names)
+
+
 # a call of isinstance() or type() (not `x.type`, not `dtype`)
-TYPE_CALL = Any(
-    Pattern(r"(?<![\w.])isinstance\s*\(", "isinstance", "`isinstance(`"),
-    Pattern(r"(?<![\w.])type\s*\(", "type", "`type(`"),
-)
+TYPE_CALL = Call("isinstance", "type")

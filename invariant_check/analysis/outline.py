@@ -200,6 +200,13 @@ class Outline:
             _split_class(self.text, self, chunk, self.strings, self._starts)
         return [c for c in self.chunks if c.parent == chunk.index]
 
+    def exclude_prose(self) -> None:
+        """Tell the needs to ignore this module's multi-line strings but f-strings (prose in
+        docstrings is not code a rule could need); see `needs.exclude`."""
+        from .needs import exclude
+
+        exclude(self.text, [(s, e) for s, e in self.strings if not _is_fstring(self.text, s)])
+
     def masked(self) -> str:
         """The text with every multi-line string but f-strings blanked (newlines kept, same
         offsets): prose in docstrings is not code a rule could need."""
@@ -210,17 +217,14 @@ class Outline:
                 if _is_fstring(text, s):
                     continue
                 parts.append(text[at:s])
-                body = text[s:e]
-                parts.append("".join("\n" if ch == "\n" else " " for ch in body) if len(body) < 256 else _blank(body))
+                parts.append(_NOT_NEWLINE.sub(" ", text[s:e]))
                 at = e
             parts.append(text[at:])
             self._masked = "".join(parts)
         return self._masked
 
 
-def _blank(body: str) -> str:
-    lines = body.split("\n")
-    return "\n".join(" " * len(line) for line in lines)
+_NOT_NEWLINE = re.compile(r"[^\n]")
 
 
 def _is_fstring(text: str, quote: int) -> bool:

@@ -186,7 +186,8 @@ class Module:
         """Every chunk that holds definitions, classes split into methods; with `need`, only
         those whose text may satisfy it (a class is split only if its whole text may)."""
         ol = self.outline
-        text = ol.masked()
+        text = ol.text
+        ol.exclude_prose()
         for chunk in ol.top():
             if need is not None and not need.holds(text, chunk.start, max(chunk.end, chunk.span_end)):
                 continue

@@ -62,8 +62,10 @@ class Finding:
     via: str | None = None  # the local name a one-entry value went through
 
 
-# a call that validates its argument: (call, argument position) -> bool
-Validator = Callable[[ast.Call, int], bool]
+# a call that validates its argument: (call, argument position, the names the value goes by:
+# the tracked name, the local it went through, the collection it was picked from) -> bool; the
+# names let a rule skip values it does not care about before asking the project
+Validator = Callable[[ast.Call, int, tuple[str, ...]], bool]
 
 
 @dataclass
@@ -89,7 +91,7 @@ class LastValues:
 
     def __init__(self, func: ast.AST, is_validator: Validator | None = None, source=None) -> None:
         self.func = func
-        self.is_validator = is_validator or (lambda call, pos: False)
+        self.is_validator = is_validator or (lambda call, pos, names: False)
         self.found: list[Finding] = []
         # the module's text: a statement whose text names no tracked value (and holds no
         # one-entry shape) is not walked
@@ -358,7 +360,8 @@ class LastValues:
                 origin, name, via = self._origin(arg, state)
                 if origin is None:
                     continue
-                if self.is_validator(call, pos):
+                names = tuple(n for n in (name, via, getattr(origin, "collection", None)) if n)
+                if self.is_validator(call, pos, names):
                     self.found.append(Finding(Check(call, arg, "helper", None, True, stmt), name, origin, via))
                     return
 

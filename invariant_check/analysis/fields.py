@@ -1,0 +1,514 @@
+"""Writes to fields of objects: which statement or call advances a field, which updates it,
+what fields an object is known to have, and where a function's parameter ends up.
+
+Used by the rules about draft-step metadata (IC004, IC005). Everything here is a query over
+one function's `ast` plus the project model; nothing is cached beyond the summaries' memos.
+
+- `FieldFlow` is `flow.Flow` with one more kind of event, `store`: an assignment to an
+  attribute or to a subscript (`x.a = v`, `x.a += v`, `x.a[:n] += v`, `d[k] = v`), so that
+  path questions can ask about field updates as they ask about calls.
+- `writes_at(node)` says which fields of which objects an event writes, and in which
+  direction (`+` for `x.a += k`, `x.a.add_(k)`, `x.a = x.a + k`, `replace(x, a=x.a + k)`).
+- `known_fields(view, obj)`: the fields the class of `obj` declares (dataclass fields,
+  members, `self.f = ...` in its methods), or, when its class is unknown, the fields the
+  function itself reads or writes on it.
+- `flows_to(summaries, fn, index, test)`: whether parameter `index` of `fn` is passed to a
+  call that passes `test`, in `fn` or transitively in the functions it passes it to.
+- `callers(view, fn)`: the call sites of `fn` in the project, resolved through imports.
+"""
+
+from __future__ import annotations
+
+import ast
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+from .facts import FUNCS, CallFact, last_name, ref, walk_local
+from .flow import Flow
+from .needs import Words
+from .project import ClassInfo, FunctionInfo, Module
+from .summaries import Summaries
+
+# -- names ------------------------------------------------------------------------------------
+
+
+def variants(field: str) -> frozenset[str]:
+    """A field and its private backing store: `seq_lens_cpu` is read through the property
+    that caches `_seq_lens_cpu`; writing either updates the value callers see."""
+    if field.startswith("_"):
+        return frozenset({field, field[1:]})
+    return frozenset({field, "_" + field})
+
+
+def local_aliases(node: ast.AST) -> dict[str, str]:
+    """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`."""
+    seen: dict[str, set[str | None]] = {}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Assign):
+            for t in sub.targets:
+                for name in _names(t):
+                    seen.setdefault(name, set()).add(ref(sub.value) if isinstance(t, ast.Name) else None)
+        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name):
+            value = ref(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value is not None else None
+            seen.setdefault(sub.target.id, set()).add(value)
+        elif isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension)):
+            for name in _names(sub.target):
+                seen.setdefault(name, set()).add(None)
+        elif isinstance(sub, (ast.With, ast.AsyncWith)):
+            for item in sub.items:
+                if item.optional_vars is not None:
+                    for name in _names(item.optional_vars):
+                        seen.setdefault(name, set()).add(None)
+        elif isinstance(sub, ast.NamedExpr):
+            seen.setdefault(sub.target.id, set()).add(ref(sub.value))
+    out = {}
+    for name, values in seen.items():
+        if len(values) == 1:
+            (value,) = values
+            if value is not None and value != name and not value.startswith(name + "."):
+                out[name] = value
+    return out
+
+
+def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
+    """`cad.seq_lens` -> `common_attn_metadata.seq_lens` through local aliases."""
+    if spelled is None:
+        return None
+    for _ in range(8):
+        head, dot, rest = spelled.partition(".")
+        target = aliases.get(head)
+        if target is None:
+            break
+        spelled = target + dot + rest
+    return spelled
+
+
+def _names(target: ast.AST) -> Iterator[str]:
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _names(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _names(target.value)
+
+
+# -- direction of a write -----------------------------------------------------------------------
+
+
+def _negative(node: ast.AST) -> bool:
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return not _negative(node.operand)
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool) and node.value < 0
+
+
+def _zero(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value == 0 and not isinstance(node.value, bool)
+
+
+def added(op: ast.operator, amount: ast.AST) -> int | None:
+    """+1 / -1 for `old <op> amount`, None when it is neither an addition nor a subtraction
+    (a negative literal flips the sign; adding zero changes nothing)."""
+    if _zero(amount):
+        return None
+    if isinstance(op, ast.Add):
+        return -1 if _negative(amount) else 1
+    if isinstance(op, ast.Sub):
+        return 1 if _negative(amount) else -1
+    return None
+
+
+def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int | None:
+    """The sign of `value - old` when `value` is `old + k` or `old - k`, also inside a cap
+    (`min(old + 1, limit)`, `torch.clamp(old + k, max=...)`); None otherwise."""
+    if value is None:
+        return None
+    found: set[int] = set()
+    for node in ast.walk(value):
+        if not isinstance(node, ast.BinOp):
+            continue
+        if canonical(ref(node.left), aliases) == old:
+            sign = added(node.op, node.right)
+        elif canonical(ref(node.right), aliases) == old and isinstance(node.op, ast.Add):
+            sign = added(node.op, node.left)
+        else:
+            continue
+        if sign is not None:
+            found.add(sign)
+    return found.pop() if len(found) == 1 else None
+
+
+# -- the flow with stores -------------------------------------------------------------------------
+
+
+class FieldFlow(Flow):
+    """`Flow` whose events include stores to attributes and subscripts (`kind == "store"`,
+    `name` the ref of the target's holder). `targets[index]` is the target node."""
+
+    def __init__(self, func: ast.AST) -> None:
+        self.targets: dict[int, ast.AST] = {}
+        super().__init__(func)
+
+    def _bind_targets(self, target: ast.AST, stmt: ast.AST, preds: set[int]) -> set[int]:
+        preds = super()._bind_targets(target, stmt, preds)
+        if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            return preds
+        for sub in _store_targets(target):
+            holder = sub.value if isinstance(sub, ast.Subscript) else sub
+            idx = self._new("store", stmt, ref(holder))
+            self.targets[idx] = sub
+            preds = self._chain(preds, idx)
+        return preds
+
+
+def _store_targets(target: ast.AST) -> Iterator[ast.AST]:
+    if isinstance(target, (ast.Attribute, ast.Subscript)):
+        yield target
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _store_targets(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _store_targets(target.value)
+
+
+# -- what an event writes ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FieldWrite:
+    """`obj.field` written by `node`. `kind`: `set` (assigned, updated in place), `new` (a new
+    object holding it: `replace(obj, field=...)`, `Cls(field=...)`; `obj` is the object
+    copied from, None for a constructor), `copy` (a new object given the old value itself:
+    `replace(obj, max_seq_len=obj.max_seq_len)`). `sign`: +1/-1 when the new value is the old
+    one plus/minus something."""
+
+    obj: str | None
+    field: str
+    kind: str
+    sign: int | None
+    node: ast.AST
+    subscript: bool = False
+
+
+def writes_at(flow: FieldFlow, idx: int, aliases: dict[str, str]) -> list[FieldWrite]:
+    node = flow.nodes[idx]
+    if node.kind == "store":
+        return store_writes(flow.targets[idx], node.node, aliases)
+    if node.kind == "call":
+        return call_writes(node.node, aliases)
+    return []
+
+
+def store_writes(target: ast.AST, stmt: ast.AST, aliases: dict[str, str]) -> list[FieldWrite]:
+    subscript = isinstance(target, ast.Subscript)
+    holder = target.value if subscript else target
+    if not isinstance(holder, ast.Attribute):
+        return []
+    obj = canonical(ref(holder.value), aliases)
+    if obj is None:
+        return []
+    old = f"{obj}.{holder.attr}"
+    if isinstance(stmt, ast.AugAssign):
+        sign = added(stmt.op, stmt.value)
+    elif subscript:
+        sign = None  # `x.a[i] = v`: a part replaced, no direction
+    else:
+        sign = direction(getattr(stmt, "value", None), old, aliases)
+    return [FieldWrite(obj, holder.attr, "set", sign, stmt, subscript)]
+
+
+_INPLACE_SIGN = {"add_": 1, "sub_": -1}
+_NOT_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_"})
+
+
+def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
+    """Fields a call writes by its own syntax: `x.a.add_(k)` (in place), `replace(x, a=...)`,
+    `x.replace(a=...)`, `Cls(a=...)` (new objects)."""
+    out: list[FieldWrite] = []
+    func = call.func
+    name = last_name(func)
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+        method = func.attr
+        if method.endswith("_") and not method.startswith("_") and method not in _NOT_WRITES:
+            holder = func.value
+            obj = canonical(ref(holder.value), aliases)
+            if obj is not None:
+                sign = None
+                if method in _INPLACE_SIGN and call.args:
+                    base = _INPLACE_SIGN[method]
+                    sign = None if _zero(call.args[0]) else (-base if _negative(call.args[0]) else base)
+                out.append(FieldWrite(obj, holder.attr, "set", sign, call))
+    if not call.keywords:
+        return out
+    source: str | None = None
+    if name == "replace":
+        if isinstance(func, ast.Attribute) and ref(func.value) not in ("dataclasses", None):
+            source = canonical(ref(func.value), aliases)
+        elif call.args:
+            source = canonical(ref(call.args[0]), aliases)
+    for kw in call.keywords:
+        if not kw.arg:
+            continue
+        value_ref = canonical(ref(kw.value), aliases)
+        if source is not None:
+            old = f"{source}.{kw.arg}"
+            if value_ref is not None and value_ref.rsplit(".", 1)[-1] in variants(kw.arg) | {kw.arg} and value_ref.rpartition(".")[0] == source:
+                out.append(FieldWrite(source, kw.arg, "copy", None, call))
+            else:
+                out.append(FieldWrite(source, kw.arg, "new", direction(kw.value, old, aliases), call))
+        else:
+            # a constructor: the direction is relative to the object its value reads
+            origin = _origin(kw.value, kw.arg, aliases)
+            if origin is None:
+                continue
+            if value_ref == f"{origin}.{kw.arg}" or (value_ref is not None and value_ref.rpartition(".")[0] == origin and value_ref.rsplit(".", 1)[-1] in variants(kw.arg)):
+                out.append(FieldWrite(origin, kw.arg, "copy", None, call))
+            else:
+                out.append(FieldWrite(origin, kw.arg, "new", direction(kw.value, f"{origin}.{kw.arg}", aliases), call))
+    return out
+
+
+def _origin(value: ast.AST, field: str, aliases: dict[str, str]) -> str | None:
+    """The object whose own `field` (or its backing store) a keyword's value reads."""
+    for node in ast.walk(value):
+        if isinstance(node, ast.Attribute) and node.attr in variants(field) | {field}:
+            obj = canonical(ref(node.value), aliases)
+            if obj is not None:
+                return obj
+    return None
+
+
+# -- fields an object is known to have ------------------------------------------------------------
+
+
+def class_fields(info: ClassInfo) -> set[str]:
+    """Declared fields and members of a class and its resolved bases, and the attributes its
+    methods assign on `self`."""
+    out = set(info.fields())
+    for cls in info.classes():
+        for name in cls.own_members():
+            method = cls.module.function(f"{cls.qual}.{name}")
+            if method is None or not method.facts.params:
+                continue
+            me = method.facts.params[0]
+            out.update(s.attr for s in method.facts.stores if s.target == me)
+    return out
+
+
+def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassInfo | None:
+    """The class of the object `obj` names in a function: its annotation, the class of
+    `self.x`, a local bound to `Cls(...)` or to a copy of another object (`replace(o, ...)`)."""
+    if depth > 4:
+        return None
+    sym = view.resolve(obj)
+    if sym.kind == "instance":
+        return view.project.class_of(sym)
+    if "." in obj:
+        return None
+    for sub in walk_local(view.node):
+        if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.target.id == obj:
+            ann = view.resolve(ref(sub.annotation))
+            if ann.kind == "class":
+                return view.project.class_of(ann)
+        if not (isinstance(sub, ast.Assign) and any(isinstance(t, ast.Name) and t.id == obj for t in sub.targets)):
+            continue
+        value = sub.value
+        if not isinstance(value, ast.Call):
+            continue
+        if last_name(value.func) == "replace":
+            src = None
+            if isinstance(value.func, ast.Attribute) and ref(value.func.value) != "dataclasses":
+                src = ref(value.func.value)
+            elif value.args:
+                src = ref(value.args[0])
+            src = canonical(src, aliases)
+            if src and src != obj:
+                got = class_of(view, src, aliases, depth + 1)
+                if got is not None:
+                    return got
+            continue
+        callee = view.resolve(ref(value.func))
+        if callee.kind == "class":
+            return view.project.class_of(callee)
+    return None
+
+
+def mentioned_fields(node: ast.AST, obj: str, aliases: dict[str, str]) -> set[str]:
+    """Fields a function reads or writes on `obj` (also as keywords of a copy of it)."""
+    out = set()
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Attribute) and canonical(ref(sub.value), aliases) == obj:
+            out.add(sub.attr)
+        elif isinstance(sub, ast.Call) and last_name(sub.func) == "replace":
+            for w in call_writes(sub, aliases):
+                if w.obj == obj:
+                    out.add(w.field)
+    return out
+
+
+# -- calls: their targets, parameters, callers ----------------------------------------------------
+
+
+def bound_offset(call_func: ast.AST | None, target: FunctionInfo) -> int:
+    """1 when a method is called through an instance or class (its first parameter is the
+    receiver), else 0."""
+    params = target.facts.params
+    if target.facts.cls is not None and isinstance(call_func, ast.Attribute) and params[:1] and params[0] in ("self", "cls"):
+        return 1
+    return 0
+
+
+def parameter_index(target: FunctionInfo, call: ast.Call, offset: int, argument: Callable[[ast.AST], bool]) -> list[int]:
+    """Indices of `target`'s parameters that receive an argument for which `argument` holds."""
+    out = []
+    params = target.facts.params
+    for pos, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if argument(arg) and pos + offset < len(params):
+            out.append(pos + offset)
+    for kw in call.keywords:
+        if kw.arg and argument(kw.value) and kw.arg in params:
+            out.append(params.index(kw.arg))
+    return out
+
+
+_FLOWS: "weakref.WeakKeyDictionary[Summaries, dict]" = weakref.WeakKeyDictionary()
+
+
+def flows_to(summaries: Summaries, fn: FunctionInfo, index: int, test: Callable[[CallFact], bool], key: str, depth: int | None = None) -> bool:
+    """Whether parameter `index` of `fn` (or a local alias of it) is passed to a call for
+    which `test` holds, or is the receiver of such a call, in `fn` or in the functions it
+    passes it to (`depth` calls deep). `key` names the test for memoisation."""
+    depth = summaries.depth if depth is None else depth
+    table = _FLOWS.setdefault(summaries, {})
+    ident = (str(fn.module.path), fn.qual, index, key, depth)
+    return summaries.project.tracker.memo(table, ident, lambda: _flows_to(summaries, fn, index, test, depth, set()))
+
+
+def _flows_to(summaries: Summaries, fn: FunctionInfo, index: int, test, depth: int, visiting: set) -> bool:
+    ident = (str(fn.module.path), fn.qual, index)
+    if ident in visiting:
+        return False
+    visiting = visiting | {ident}
+    params = fn.facts.params
+    if index >= len(params):
+        return False
+    name = params[index]
+    names = {name} | {a for a, v in fn.facts.aliases.items() if v == name}
+    for call in fn.facts.calls:
+        passed = any(a in names for a in call.args) or any(v in names for v in call.kwargs.values())
+        if (passed or call.recv in names) and test(call):
+            return True
+    if depth <= 0:
+        return False
+    for callee in summaries.callees(fn):
+        target = callee.function
+        call = callee.call
+        if target is None:
+            continue
+        tparams = target.facts.params
+        offset = 1 if (target.facts.cls is not None and call.recv is not None and tparams[:1] in (["self"], ["cls"])) else 0
+        for pos, arg in enumerate(call.args):
+            if arg in names and pos + offset < len(tparams) and _flows_to(summaries, target, pos + offset, test, depth - 1, visiting):
+                return True
+        for kw, arg in call.kwargs.items():
+            if arg in names and kw in tparams and _flows_to(summaries, target, tparams.index(kw), test, depth - 1, visiting):
+                return True
+    return False
+
+
+def resolve_call(view, call: ast.Call) -> tuple[str, FunctionInfo | None]:
+    """(kind of the callee's symbol, the project function it runs, if any)."""
+    spelled = ref(call.func)
+    if spelled is None:
+        return "unknown", None
+    sym = view.resolve(spelled)
+    return sym.kind, view.ctx.summaries().function_for(sym)
+
+
+@dataclass(frozen=True)
+class CallSite:
+    caller: FunctionInfo
+    node: ast.AST  # the caller's def
+    call: ast.Call
+
+
+def callers(view, fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
+    """Call sites of `fn` in the project's functions, found by its name and kept when the call
+    resolves to `fn`."""
+    project = view.project
+    summaries = view.ctx.summaries()
+    name = fn.short
+    word = Words(name)
+    out: list[CallSite] = []
+    for path in project.files_containing(name):
+        module: Module = project.module_at(path)
+        for chunk in module.leaf_chunks(word):
+            for facts in module.chunk_facts(chunk).functions.values():
+                if facts.qual == fn.qual and module.path == fn.module.path:
+                    continue
+                spots = [c for c in facts.calls if c.name == name]
+                if not spots:
+                    continue
+                caller = FunctionInfo(module, facts)
+                hits = []
+                for c in spots:
+                    target = summaries.function_for(summaries.resolve(caller, c.ref))
+                    if target is not None and target == fn:
+                        hits.append((c.line, c.col))
+                if not hits:
+                    continue
+                node = caller.node()
+                if node is None:
+                    continue
+                for sub in walk_local(node):
+                    if isinstance(sub, ast.Call) and (sub.lineno, sub.col_offset) in hits:
+                        out.append(CallSite(caller, node, sub))
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def is_function(node: ast.AST) -> bool:
+    return isinstance(node, FUNCS)
+
+
+# -- steps: the iteration or function a path question is asked in --------------------------------
+
+
+def step_loop(flow: Flow, idx: int):
+    """The innermost loop around event `idx` (one iteration of it is the step), or None."""
+    loops = flow.loops_of(idx)
+    return loops[-1] if loops else None
+
+
+def updating_loops(flow: Flow, idx: int, is_update: Callable[[int], bool]) -> set[int]:
+    """Heads of the loops that do not contain `idx` and hold an update: entering such a loop
+    counts as the update (a loop over the groups that rebuilds each one's metadata; that it
+    might run zero times is a property of the data, not of this code)."""
+    around = set(flow.nodes[idx].loops)
+    out = set()
+    for loop in flow.loops:
+        if loop.index in around:
+            continue
+        if any(is_update(m) for m in loop.members):
+            out.add(loop.head)
+    return out
+
+
+def parents(func: ast.AST) -> dict[int, ast.AST]:
+    """id(node) -> its parent, for every node under `func`."""
+    out: dict[int, ast.AST] = {}
+    for node in ast.walk(func):
+        for child in ast.iter_child_nodes(node):
+            out[id(child)] = node
+    return out
+
+
+def statement_of(node: ast.AST, parent: dict[int, ast.AST]) -> ast.stmt | None:
+    cur: ast.AST | None = node
+    while cur is not None and not isinstance(cur, ast.stmt):
+        cur = parent.get(id(cur))
+    return cur
