@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import textwrap
 
@@ -22,8 +23,10 @@ def run_py(code: str, **env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("INVARIANT_CHECK_")}
     full.update(env)
     full.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    # cwd outside the checkout: `python -c` puts the cwd first on sys.path, and the source folder
+    # is not the installed package (rules/ maps into invariant_check.rules only when installed).
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                          env=full, timeout=300)
+                          env=full, timeout=300, cwd=tempfile.gettempdir())
 
 
 @pytest.mark.parametrize("raw, expected", [

@@ -112,9 +112,10 @@ def test_guards_with_an_invalid_variable_exits_2_with_one_line():
     assert res.exit_code == 2 and "INVARIANT_CHECK_GUARDS_SYNC" in res.stderr
 
 
-def test_commands_module_imports_nothing_heavy():
+def test_commands_module_imports_nothing_heavy(tmp_path):
     code = "import sys; import invariant_check.runtime_guards.commands; print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch','vllm')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120).stdout
+    # cwd outside the checkout, so the installed package is the one imported
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path).stdout
     assert out.strip() == "[]"
 
 
