@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DIR = ROOT / "docs" / "rules"
 INDEX = "README.md"  # GitHub shows a folder's README when the folder is opened
 COMMAND = "python scripts/gen_rule_docs.py"
-KIND_NAMES = {list: "list of strings", str: "string", bool: "boolean", int: "integer"}
+KIND_NAMES = {list: "list of strings", str: "string", bool: "boolean", int: "integer", dict: "table of lists"}
 
 
 def page_name(rule: type) -> str:

@@ -7,7 +7,6 @@ it fails until `python scripts/gen_rule_docs.py` is rerun and the pages are comm
 from __future__ import annotations
 
 import importlib.util
-import json
 import subprocess
 import sys
 import textwrap
@@ -73,7 +72,7 @@ def test_check_names_stale_missing_and_extra_pages_and_writing_fixes_them(tmp_pa
     assert "(0 changed)" in gen("--docs-dir", str(out)).stdout
 
 
-def test_a_page_holds_the_rule_docstring_options_and_every_tested_example(tmp_path):
+def test_a_page_holds_the_rule_docstring_options_and_every_tested_example(tmp_path, script):
     out = tmp_path / "rules"
     assert gen("--docs-dir", str(out)).returncode == 0
     index = (out / "README.md").read_text()
@@ -84,7 +83,7 @@ def test_a_page_holds_the_rule_docstring_options_and_every_tested_example(tmp_pa
         assert rule.documentation().strip() in page
         for key, opt in rule.OPTIONS.items():
             assert f"| `{key}` |" in page
-            assert f"{key} = {json.dumps(opt.default)}" in page
+            assert f"{key} = {script.toml_value(opt.default)}" in page
         for example in [*rule.VALID, *rule.INVALID]:
             assert textwrap.dedent(example.code).strip("\n") in page
             for code_beside in example.files.values():

@@ -24,7 +24,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import FUNCS, CallFact, last_name, ref, walk_local
+from .facts import CallFact, last_name, ref, walk_local
 from .flow import Flow
 from .needs import Words
 from .project import ClassInfo, FunctionInfo, Module
@@ -119,6 +119,13 @@ def added(op: ast.operator, amount: ast.AST) -> int | None:
     return None
 
 
+def _same(node: ast.AST, old: str, aliases: dict[str, str]) -> bool:
+    """`node` is `old` itself or a slice of it (`x.a[:n]`)."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return canonical(ref(node), aliases) == old
+
+
 def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int | None:
     """The sign of `value - old` when `value` is `old + k` or `old - k`, also inside a cap
     (`min(old + 1, limit)`, `torch.clamp(old + k, max=...)`); None otherwise."""
@@ -128,9 +135,9 @@ def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int |
     for node in ast.walk(value):
         if not isinstance(node, ast.BinOp):
             continue
-        if canonical(ref(node.left), aliases) == old:
+        if _same(node.left, old, aliases):
             sign = added(node.op, node.right)
-        elif canonical(ref(node.right), aliases) == old and isinstance(node.op, ast.Add):
+        elif _same(node.right, old, aliases) and isinstance(node.op, ast.Add):
             sign = added(node.op, node.left)
         else:
             continue
@@ -241,6 +248,23 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
                 out.append(FieldWrite(obj, holder.attr, "set", sign, call))
     if not call.keywords:
         return out
+    # `torch.clamp(x.a + 1, max=m, out=x.a)`, `torch.add(x.a, k, out=x.a[:n])`: in place
+    for kw in call.keywords:
+        if kw.arg != "out":
+            continue
+        target = kw.value.value if isinstance(kw.value, ast.Subscript) else kw.value
+        if not isinstance(target, ast.Attribute):
+            continue
+        obj = canonical(ref(target.value), aliases)
+        if obj is None:
+            continue
+        old = f"{obj}.{target.attr}"
+        sign = None
+        if name in ("add", "sub") and len(call.args) >= 2 and _same(call.args[0], old, aliases):
+            sign = added(ast.Add() if name == "add" else ast.Sub(), call.args[1])
+        elif call.args:
+            sign = direction(call.args[0], old, aliases)
+        out.append(FieldWrite(obj, target.attr, "set", sign, call, isinstance(kw.value, ast.Subscript)))
     source: str | None = None
     if name == "replace":
         if isinstance(func, ast.Attribute) and ref(func.value) not in ("dataclasses", None):
@@ -469,10 +493,6 @@ def callers(view, fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
                 if len(out) >= limit:
                     return out
     return out
-
-
-def is_function(node: ast.AST) -> bool:
-    return isinstance(node, FUNCS)
 
 
 # -- steps: the iteration or function a path question is asked in --------------------------------

@@ -1,0 +1,1016 @@
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from invariant_check.analysis.facts import last_name, ref, walk_local
+from invariant_check.analysis.fields import (
+    FieldFlow,
+    FieldWrite,
+    bound_offset,
+    call_writes,
+    callers,
+    canonical,
+    class_fields,
+    class_of,
+    local_aliases,
+    mentioned_fields,
+    parents,
+    resolve_call,
+    statement_of,
+    step_loop,
+    store_writes,
+    updating_loops,
+    variants,
+    writes_at,
+)
+from invariant_check.analysis.needs import All, Any as AnyOf, Need, Pattern, Words
+from invariant_check.analysis.project import FunctionInfo
+from invariant_check.analysis.summaries import Summaries
+from invariant_check.analysis.views import FunctionView
+from invariant_check.rule import Report, Rule
+from invariant_check.types import Invalid, Option, Valid
+
+
+@dataclass(frozen=True)
+class FieldMap(Option):
+    """An option that maps a field to the fields derived from it (a TOML table of lists)."""
+
+    kind: type = dict
+
+    def validate(self, key: str, value: Any) -> Any:
+        if not isinstance(value, dict) or not all(
+            isinstance(k, str) and isinstance(v, list) and all(isinstance(x, str) for x in v)
+            for k, v in value.items()
+        ):
+            raise ValueError(f"option {key!r} must be a table of field = [derived fields], got {value!r}")
+        return value
+
+
+DEFAULT_DERIVED = {
+    "seq_lens": ["max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound"],
+    "positions": ["slot_mapping"],
+}
+
+
+_METADATA = """
+from dataclasses import dataclass
+
+
+@dataclass
+class CommonAttentionMetadata:
+    seq_lens: "torch.Tensor"
+    max_seq_len: int
+    positions: "torch.Tensor | None" = None
+    slot_mapping: "torch.Tensor | None" = None
+    _seq_lens_cpu: "torch.Tensor | None" = None
+    seq_lens_cpu_upper_bound: "torch.Tensor | None" = None
+"""
+
+
+class StaleDerivedMetadata(Rule):
+    """
+    ## What it does
+    Flags a draft step that advances `seq_lens` (or `positions`) of a metadata object but
+    leaves a field derived from it in the same object behind: `max_seq_len`, the CPU shadow
+    `seq_lens_cpu` (`_seq_lens_cpu`), the upper bound `seq_lens_cpu_upper_bound`.
+
+    An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
+    `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`), a copy
+    `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
+    and a new object built from the advanced value with the old derived values copied in
+    (`Cls(seq_lens=X.seq_lens + 1, max_seq_len=X.max_seq_len)`).
+
+    ## Why is this bad?
+    Attention backends size their work from the derived fields: FlashAttention passes
+    `max_seq_len` as `max_seqlen_k`, sparse-MLA and DCP paths split prefills and size buffers
+    from `seq_lens_cpu_upper_bound`, `seq_lens_cpu` feeds host-side planning. When `seq_lens`
+    moves and they do not, the draft model attends to too few keys or reads past its buffers,
+    silently. vLLM 0.13.0 shipped this in the EAGLE draft loop (`eagle.py:448`,
+    `common_attn_metadata.seq_lens += 1` with the CPU shadow updated but not `max_seq_len`),
+    fixed in 0.16.0 by PR #32312.
+
+    ## Example
+    ```python
+    for token_index in range(self.num_speculative_tokens - 1):
+        common_attn_metadata.seq_lens += 1
+        if common_attn_metadata._seq_lens_cpu is not None:
+            common_attn_metadata._seq_lens_cpu += 1
+        attn_metadata = builder.build_for_drafting(common_attn_metadata, token_index + 1)
+    ```
+
+    ## Use instead
+    ```python
+    for token_index in range(self.num_speculative_tokens - 1):
+        common_attn_metadata.seq_lens += 1
+        common_attn_metadata.max_seq_len = min(
+            common_attn_metadata.max_seq_len + 1, self.max_model_len
+        )
+        if common_attn_metadata._seq_lens_cpu is not None:
+            common_attn_metadata._seq_lens_cpu += 1
+        attn_metadata = builder.build_for_drafting(common_attn_metadata, token_index + 1)
+    ```
+    For a copy, advance them in the same call:
+    `replace(cad, seq_lens=cad.seq_lens + n, max_seq_len=cad.max_seq_len + n, ...)`.
+
+    ## What it proves
+    A derived field counts only if the object is *known to have it*: its class (resolved
+    through annotations, `self.x = Cls(...)`, `x = Cls(...)`, copies of a known object)
+    declares it, as a dataclass field, a member, or an attribute its methods assign on
+    `self`; or the function itself reads or writes it on the object. A private backing field
+    counts as its property (`_seq_lens_cpu` for `seq_lens_cpu`).
+
+    The advanced field's derived fields must be updated in the same *step*: the iteration of
+    the innermost loop around the advance, or the function when there is none. Every path
+    through the step counts (branches, `continue`, early `return`): an update before the
+    advance on every path into it, or after it on every path out of it. An update is any
+    write: assignment (`X.max_seq_len = ...`), in-place change (`X._seq_lens_cpu += 1`,
+    `.copy_(...)`), invalidation (`X._seq_lens_cpu = None`), a keyword of the same
+    `replace(...)` (not a plain copy of the old value), a rebinding of the name, or a call of a
+    project function that writes the field on the object (any module, through imports, up to
+    `helper-depth` calls deep). An update under `if X._seq_lens_cpu is not None:` (or
+    `hasattr`, or a truth test of the field) covers the step: without the field there is
+    nothing to keep in step. An update under any other condition covers only the paths where
+    that condition holds, unless the advance sits under the same condition.
+
+    When the advanced object is a parameter (or a copy the function returns), the step goes
+    on in the callers: the finding is dropped when every call site in the project updates the
+    field on the object it passed (or got back) around the call. A helper with no callers in
+    the project is judged alone.
+
+    A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
+    bounds: not a finding.
+
+    ## Two decisions, checked on vLLM's release trees
+    - **Tree drafting** (`propose_tree`, 0.13.0 to 0.20.0) advances `seq_lens` through
+      `replace(common_attn_metadata, seq_lens=common_attn_metadata.seq_lens + level_num_drafts, ...)`
+      and keeps `max_seq_len` (and `_seq_lens_cpu`, and from 0.20.0 `seq_lens_cpu_upper_bound`)
+      of the previous level. Reported, as a latent instance: the only consumer in those
+      releases, `TreeAttentionMetadataBuilder.build`, copies the stale `max_seq_len` into
+      `TreeAttentionMetadata`, and `propose_tree` then clamps it (`min(attn_metadata.max_seq_len,
+      self.max_model_len)`) as if it were current; today's `TreeAttentionImpl` happens to read
+      only the per-phase metadata, whose `max_seq_len` it recomputes from `seq_lens`. Any
+      backend or kernel that trusts the field breaks. Fix: pass
+      `max_seq_len=common_attn_metadata.max_seq_len + level_num_drafts` (and `_seq_lens_cpu=None`).
+    - **`extend_all_queries_by_N`** (`vllm/v1/spec_decode/utils.py`, parallel drafting)
+      advances `seq_lens` and `max_seq_len` by `N` but copies `seq_lens_cpu_upper_bound`
+      (0.20.0 and later) and `_seq_lens_cpu` (0.18.0 to 0.25.0) unchanged. Reported, as a
+      real instance: the field is documented as an upper bound of `seq_lens` (exact for
+      prefill rows), and after the copy it is `N` below it on every row. The draft batch's
+      backends read it where it must be exact or an upper bound: `split_decodes_prefills_and_extends`
+      compares it with query lengths to find prefills, FlashAttention's DCP path computes
+      context lengths as `seq_lens_cpu_upper_bound - query_lens` (negative for prefill rows
+      after the extension), sparse-MLA indexers chunk and size prefill buffers from it. vLLM's
+      own draft loop advances the same field with `seq_lens` (0.33.0,
+      `_update_positions_dependent_metadata`). Fix: `seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N`
+      (when not None) in the same `replace(...)`.
+
+    ## What it leaves to the runtime guard
+    Advances the source does not spell (a Triton kernel that writes `seq_lens` in place, as
+    `eagle_step_update_slot_mapping_and_metadata` does), objects whose class is not known,
+    updates in functions the linter cannot resolve, and whether a capped update is capped
+    right: the `metadata-coherence` runtime guard checks `max_seq_len >= max(seq_lens)` and
+    `seq_lens_cpu_upper_bound >= seq_lens` at every draft step's metadata build.
+
+    ## Options
+    - `derived-fields` (table of lists): each advanced field and the fields derived from it.
+      Default `seq_lens = ["max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound"]`,
+      `positions = ["slot_mapping"]`. Not derived by default: `num_computed_tokens_cpu`
+      (a draft step that extends queries keeps it), `dcp_local_seq_lens` (add it where
+      decode context parallelism runs draft steps).
+    - `helper-depth` (default 4): how many calls deep updates in helpers are looked for.
+    """
+
+    CODE = "IC004"
+    NAME = "stale-derived-metadata"
+    SUMMARY = "A draft step advances `seq_lens` but a field derived from it keeps its old value."
+    HINT = (
+        "Advance the derived fields in the same step: "
+        "`X.max_seq_len = min(X.max_seq_len + k, self.max_model_len)`, "
+        "`if X.seq_lens_cpu_upper_bound is not None: X.seq_lens_cpu_upper_bound += k`, "
+        "`X._seq_lens_cpu = None` (or `+= k`)."
+    )
+    OPTIONS = {
+        "derived-fields": FieldMap(DEFAULT_DERIVED, "fields derived from each advanced field, per advanced field"),
+        "helper-depth": Option(4, "how many helper calls deep updates are looked for", int),
+    }
+
+    VALID = [
+        # vLLM 0.16.0: the maximum advances with the lengths (capped), the CPU shadow too.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def propose(self, common_attn_metadata: CommonAttentionMetadata, builder):
+    for token_index in range(self.num_speculative_tokens - 1):
+        common_attn_metadata.seq_lens += 1
+        common_attn_metadata.max_seq_len = min(
+            common_attn_metadata.max_seq_len + 1, self.max_model_len
+        )
+        if common_attn_metadata._seq_lens_cpu is not None:
+            common_attn_metadata._seq_lens_cpu += 1
+        if common_attn_metadata.seq_lens_cpu_upper_bound is not None:
+            common_attn_metadata.seq_lens_cpu_upper_bound += 1
+        builder.build_for_drafting(common_attn_metadata, token_index + 1)
+""",
+            files={"metadata.py": _METADATA},
+        ),
+        # A decrement (rejected tokens) leaves the maximum a valid upper bound.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def drop_rejected(cad: CommonAttentionMetadata, num_rejected):
+    cad.seq_lens -= num_rejected
+    cad._seq_lens_cpu = None
+""",
+            files={"metadata.py": _METADATA},
+        ),
+        # The derived fields are updated by a helper of another module, before the advance.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+from .sync import advance_bounds
+
+def step(self, md: CommonAttentionMetadata):
+    for _ in range(self.num_steps):
+        advance_bounds(md, 1, self.max_model_len)
+        md.seq_lens.add_(1)
+        self.run_model(md)
+""",
+            files={
+                "metadata.py": _METADATA,
+                "sync.py": """
+def advance_bounds(md, n, cap):
+    md.max_seq_len = min(md.max_seq_len + n, cap)
+    md._seq_lens_cpu = None
+    if md.seq_lens_cpu_upper_bound is not None:
+        md.seq_lens_cpu_upper_bound += n
+""",
+            },
+        ),
+        # The advance sits in a helper; its only caller updates the rest right after it.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def bump(md: CommonAttentionMetadata, n):
+    md.seq_lens += n
+""",
+            files={
+                "metadata.py": _METADATA,
+                "drafter.py": """
+from .example import bump
+
+def draft(self, md):
+    for _ in range(self.num_steps):
+        bump(md, 1)
+        md.max_seq_len += 1
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+        self.run_model(md)
+""",
+            },
+        ),
+        # A copy advanced in one call, every derived field with it.
+        Valid(
+            """
+from dataclasses import replace
+from .metadata import CommonAttentionMetadata
+
+def extend(cad: CommonAttentionMetadata, n):
+    upper = cad.seq_lens_cpu_upper_bound
+    return replace(
+        cad,
+        seq_lens=cad.seq_lens + n,
+        max_seq_len=cad.max_seq_len + n,
+        seq_lens_cpu_upper_bound=upper + n if upper is not None else None,
+        _seq_lens_cpu=None,
+    )
+""",
+            files={"metadata.py": _METADATA},
+        ),
+        # A copy completed right after it is made, through a local alias.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def next_level(self, cad: CommonAttentionMetadata, n):
+    new = cad.replace(seq_lens=cad.seq_lens + n, _seq_lens_cpu=None)
+    out = new
+    out.max_seq_len = cad.max_seq_len + n
+    out.seq_lens_cpu_upper_bound = None
+    return out
+""",
+            files={"metadata.py": _METADATA},
+        ),
+        # Input buffers without derived fields: nothing to keep in step.
+        Valid(
+            """
+class InputBuffers:
+    def __init__(self, n):
+        self.seq_lens = torch.zeros(n)
+        self.positions = torch.zeros(n)
+
+def advance(buffers: InputBuffers):
+    buffers.seq_lens += 1
+    buffers.positions += 1
+"""
+        ),
+        # Updated under the same condition as the advance; a `while` loop.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def draft(self, md: CommonAttentionMetadata):
+    step = 0
+    while step < self.num_steps:
+        if self.advance_positions:
+            md.seq_lens = md.seq_lens + 1
+        if self.advance_positions:
+            md.max_seq_len += 1
+            md._seq_lens_cpu = None
+            md.seq_lens_cpu_upper_bound = None
+        self.run_model(md)
+        step += 1
+""",
+            files={"metadata.py": _METADATA},
+        ),
+        # An object of unknown class: only the fields the function touches are known.
+        Valid(
+            """
+def step(md):
+    md.seq_lens += 1
+    md.max_seq_len += 1
+"""
+        ),
+        # Positions advanced and the slot mapping recomputed from them.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def move(md: CommonAttentionMetadata, block_table, block_size):
+    md.positions += 1
+    md.slot_mapping = block_table.slots(md.positions, block_size)
+""",
+            files={"metadata.py": _METADATA},
+        ),
+    ]
+    INVALID = [
+        # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def propose(self, common_attn_metadata: CommonAttentionMetadata, builder):
+    for token_index in range(self.num_speculative_tokens - 1):
+        common_attn_metadata.seq_lens += 1
+        if common_attn_metadata._seq_lens_cpu is not None:
+            common_attn_metadata._seq_lens_cpu += 1
+        common_attn_metadata.seq_lens_cpu_upper_bound = None
+        builder.build_for_drafting(common_attn_metadata, token_index + 1)
+""",
+            line=5,
+            column=9,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # In place with `add_`, through a local alias; nothing else moves.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def step(self, common_attn_metadata: CommonAttentionMetadata):
+    cad = common_attn_metadata
+    for _ in range(self.num_steps):
+        cad.seq_lens.add_(1)
+        self.run_model(cad)
+""",
+            line=6,
+            message_contains="`max_seq_len`, `seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
+            files={"metadata.py": _METADATA},
+        ),
+        # The maximum is updated only under a narrower condition than the advance.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def step(self, md: CommonAttentionMetadata):
+    for _ in range(self.num_steps):
+        md.seq_lens = md.seq_lens + 1
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+        if self.uses_mrope:
+            md.max_seq_len += 1
+        self.run_model(md)
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # The update moved after the loop: every step but the last reads a stale maximum.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def step(self, md: CommonAttentionMetadata):
+    for _ in range(self.num_steps):
+        md.seq_lens += 1
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+        self.run_model(md)
+    md.max_seq_len += self.num_steps
+""",
+            line=5,
+            files={"metadata.py": _METADATA},
+        ),
+        # Tree drafting (vLLM 0.13.0-0.20.0): the copy keeps the previous level's maximum.
+        Invalid(
+            """
+from dataclasses import replace
+from .metadata import CommonAttentionMetadata
+
+def propose_tree(self, common_attn_metadata: CommonAttentionMetadata, builder):
+    for level in range(self.tree_depth - 1):
+        common_attn_metadata = replace(
+            common_attn_metadata,
+            seq_lens=common_attn_metadata.seq_lens + self.level_num_drafts,
+            _seq_lens_cpu=None,
+            seq_lens_cpu_upper_bound=None,
+        )
+        builder.build_for_drafting(common_attn_metadata, level + 1)
+""",
+            line=8,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # Parallel drafting (vLLM 0.20.0-0.33.0): the upper bound stays N below the lengths.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def extend_all_queries_by_N(common_attn_metadata: CommonAttentionMetadata, N):
+    cad = common_attn_metadata
+    new_cad = cad.replace(
+        seq_lens=cad.seq_lens + N,
+        max_seq_len=cad.max_seq_len + N,
+        _seq_lens_cpu=None,
+    )
+    return new_cad
+""",
+            line=6,
+            message_contains="`seq_lens_cpu_upper_bound`",
+            files={"metadata.py": _METADATA},
+        ),
+        # A new object built from the advanced lengths, with the old maximum copied in.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def next_step(old: CommonAttentionMetadata):
+    return CommonAttentionMetadata(
+        seq_lens=old.seq_lens + 1,
+        max_seq_len=old.max_seq_len,
+    )
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # The helper of another module updates something else, not the derived fields.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+from .sync import mark_step
+
+def step(self, md: CommonAttentionMetadata):
+    for _ in range(self.num_steps):
+        md.seq_lens += 1
+        mark_step(md)
+        self.run_model(md)
+""",
+            line=6,
+            files={
+                "metadata.py": _METADATA,
+                "sync.py": """
+def mark_step(md):
+    md.step_index += 1
+""",
+            },
+        ),
+        # An advancing helper whose caller (another module) does not complete the step.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def bump(md: CommonAttentionMetadata, n):
+    md.seq_lens += n
+    md._seq_lens_cpu = None
+""",
+            line=4,
+            message_contains="`max_seq_len`, `seq_lens_cpu_upper_bound`",
+            files={
+                "metadata.py": _METADATA,
+                "drafter.py": """
+from .example import bump
+
+def draft(self, md):
+    for _ in range(self.num_steps):
+        bump(md, 1)
+        self.run_model(md)
+""",
+            },
+        ),
+        # Updated on one branch only.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def step(self, md: CommonAttentionMetadata, capped):
+    md.seq_lens += 1
+    md._seq_lens_cpu = None
+    md.seq_lens_cpu_upper_bound = None
+    if capped:
+        md.max_seq_len = min(md.max_seq_len + 1, self.max_model_len)
+    else:
+        self.log(md)
+""",
+            line=4,
+            files={"metadata.py": _METADATA},
+        ),
+        # Positions advanced; the slot mapping derived from them is not recomputed.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def move(md: CommonAttentionMetadata):
+    md.positions += 1
+""",
+            line=4,
+            message_contains="`slot_mapping`",
+            files={"metadata.py": _METADATA},
+        ),
+    ]
+
+    @classmethod
+    def needs(cls, options: dict[str, Any]) -> Need:
+        return increment_need(options["derived-fields"])
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self.derived: dict[str, list[str]] = dict(options["derived-fields"])
+        self.depth = options["helper-depth"]
+
+    def check_function(self, view: FunctionView) -> Iterator[Report]:
+        func = view.node
+        aliases = local_aliases(func)
+        found = list(_advances(func, aliases, self.derived))
+        if not found:
+            return
+        step = _Step(self, view, func, aliases)
+        for write, at in found:
+            wanted = step.wanted(write)
+            if not wanted:
+                continue
+            stale, via = step.stale(write, at, wanted)
+            if not stale:
+                continue
+            yield self._report(view, write, at, stale, via)
+
+    def _report(self, view: FunctionView, write: FieldWrite, at: ast.AST, stale: list[str], via: list[str]) -> Report:
+        obj, f = write.obj, write.field
+        spelled = _spelled(view, write, at)
+        names = ", ".join(f"`{d}`" for d in stale)
+        amount = _amount_text(view, write)
+        if write.kind == "new":
+            what = "a copy" if last_name(write.node.func) == "replace" else "an object from the fields"
+            message = (
+                f"`{view.text(write.node.func)}(...)` makes {what} of `{spelled}` with `{f}` advanced "
+                f"but {names} {'is' if len(stale) == 1 else 'are'} carried over unchanged: "
+                f"attention would read stale values derived from `{f}`"
+            )
+            node = next((kw for kw in write.node.keywords if kw.arg == f), write.node)
+        else:
+            message = (
+                f"`{spelled}.{f}` is advanced here but {names} of `{spelled}` "
+                f"{'is' if len(stale) == 1 else 'are'} not updated in the same draft step: "
+                f"attention would read stale values derived from `{f}`"
+            )
+            node = write.node
+        data: dict[str, Any] = {"object": obj, "advanced": f, "stale_fields": stale}
+        if via:
+            data["callers"] = via
+        return Report(node, message, _hint(write, spelled, stale, amount), data)
+
+
+# -- what a definition must contain ------------------------------------------------------------
+
+
+def increment_need(derived: dict[str, list[str]]) -> Need:
+    """An attribute access of an advanced field, and something that moves it: `+`/`-` (an
+    augmented assignment or arithmetic) or `add_`/`sub_`. Every advance the rule recognises
+    is spelled with both. A comment between the dot and the name runs to its newline so the
+    pattern cannot split it (splitting it backtracks exponentially on comment blocks)."""
+    fields = [Pattern(rf"\.(?:\s|\\\n|#[^\n]*\n)*{re.escape(f)}(?![\w])", f, f"`.{f}`") for f in derived]
+    moves = AnyOf(Pattern(r"\+", "+", "`+`"), Pattern(r"-", "-", "`-`"), Words("add_", "sub_", "add", "sub"))
+    return All(AnyOf(*fields), moves)
+
+
+# -- advances ------------------------------------------------------------------------------------
+
+
+def _advances(func: ast.AST, aliases: dict[str, str], derived: dict[str, list[str]]) -> Iterator[tuple[FieldWrite, ast.AST]]:
+    """(write, the node it is an event of: the store target or the call) for every advance of
+    an advanced field."""
+    for sub in walk_local(func):
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            for t in targets:
+                for piece in _pieces(t):
+                    for w in store_writes(piece, sub, aliases):
+                        if w.field in derived and w.sign == 1:
+                            yield w, piece
+        elif isinstance(sub, ast.Call):
+            for w in call_writes(sub, aliases):
+                if w.field in derived and w.sign == 1 and w.kind in ("set", "new"):
+                    yield w, sub
+
+
+def _pieces(target: ast.AST) -> Iterator[ast.AST]:
+    if isinstance(target, (ast.Attribute, ast.Subscript)):
+        yield target
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for elt in target.elts:
+            yield from _pieces(elt)
+    elif isinstance(target, ast.Starred):
+        yield from _pieces(target.value)
+
+
+# -- the step around an advance -----------------------------------------------------------------------
+
+
+class _Step:
+    def __init__(self, rule: StaleDerivedMetadata, view: FunctionView, func: ast.AST, aliases: dict[str, str]) -> None:
+        self.rule = rule
+        self.view = view
+        self.func = func
+        self.aliases = aliases
+        self.summaries: Summaries = view.ctx.summaries(rule.depth)
+        self._flow: FieldFlow | None = None
+        self._parents: dict[int, ast.AST] | None = None
+
+    @property
+    def flow(self) -> FieldFlow:
+        if self._flow is None:
+            self._flow = FieldFlow(self.func)
+        return self._flow
+
+    @property
+    def parent(self) -> dict[int, ast.AST]:
+        if self._parents is None:
+            self._parents = parents(self.func)
+        return self._parents
+
+    def wanted(self, write: FieldWrite) -> list[str]:
+        """The derived fields of the advanced field that the object is known to have."""
+        obj = write.obj
+        known = set(mentioned_fields(self.func, obj, self.aliases))
+        cls = class_of(self.view, obj, self.aliases)
+        if cls is not None:
+            known |= class_fields(cls)
+        return [d for d in self.rule.derived.get(write.field, []) if variants(d) & known]
+
+    # -- judging one advance ---------------------------------------------------------------------
+    def stale(self, write: FieldWrite, at: ast.AST, wanted: list[str]) -> tuple[list[str], list[str]]:
+        flow = self.flow
+        resolve = lambda call: resolve_call(self.view, call)[1]
+        if write.kind == "new":
+            call = write.node
+            given = {w.field for w in call_writes(call, self.aliases) if w.obj == write.obj and w.kind == "new"}
+            copied = {w.field for w in call_writes(call, self.aliases) if w.obj == write.obj and w.kind == "copy"}
+            if last_name(call.func) == "replace":
+                stale = [d for d in wanted if not variants(d) & given]
+            else:
+                stale = [d for d in wanted if variants(d) & copied]
+            if not stale:
+                return [], []
+            # the copy may be completed where it is bound
+            stmt = statement_of(call, self.parent)
+            result = None
+            if isinstance(stmt, ast.Assign) and stmt.value is call and len(stmt.targets) == 1:
+                result = ref(stmt.targets[0])
+            if result is not None:
+                bind = _bind_after(flow, stmt, result)
+                if bind is not None:
+                    stale = [d for d in stale if not _covered(flow, bind, canonical(result, self.aliases) or result, d, self.aliases, resolve, self.summaries, forward_only=True)]
+            if stale and _returned(self.func, call, result):
+                return self._through_callers_copy(stale)
+            return stale, []
+        idx = _event(flow, write, at)
+        if idx is None:
+            return [], []
+        stale = [d for d in wanted if not _covered(flow, idx, write.obj, d, self.aliases, resolve, self.summaries)]
+        if stale:
+            return self._through_callers_param(write.obj, stale)
+        return stale, []
+
+    def _through_callers_param(self, obj: str, stale: list[str]) -> tuple[list[str], list[str]]:
+        fn = self.view.info
+        head, _, rest = obj.partition(".")
+        if fn is None or head not in fn.facts.params or head in ("self", "cls"):
+            return stale, []
+        sites = callers(self.view, fn)
+        if not sites:
+            return stale, []
+        index = fn.facts.params.index(head)
+        still: list[str] = []
+        via: list[str] = []
+        for d in stale:
+            for site in sites:
+                arg = _argument(site.call, fn, index)
+                caliases = local_aliases(site.node)
+                passed = canonical(ref(arg), caliases) if arg is not None else None
+                cflow = FieldFlow(site.node)
+                cidx = cflow.by_call.get(id(site.call))
+                resolve = _caller_resolver(self.summaries, site.caller)
+                if passed is None or cidx is None or not _covered(cflow, cidx, passed + ("." + rest if rest else ""), d, caliases, resolve, self.summaries):
+                    still.append(d)
+                    via.append(site.caller.qual)
+                    break
+        return still, sorted(set(via))
+
+    def _through_callers_copy(self, stale: list[str]) -> tuple[list[str], list[str]]:
+        fn = self.view.info
+        if fn is None:
+            return stale, []
+        sites = callers(self.view, fn)
+        if not sites:
+            return stale, []
+        still: list[str] = []
+        via: list[str] = []
+        for d in stale:
+            for site in sites:
+                cparent = parents(site.node)
+                stmt = statement_of(site.call, cparent)
+                caliases = local_aliases(site.node)
+                ok = False
+                if isinstance(stmt, ast.Assign) and stmt.value is site.call and len(stmt.targets) == 1:
+                    result = ref(stmt.targets[0])
+                    cflow = FieldFlow(site.node)
+                    bind = _bind_after(cflow, stmt, result) if result else None
+                    if bind is not None:
+                        ok = _covered(cflow, bind, canonical(result, caliases) or result, d, caliases,
+                                      _caller_resolver(self.summaries, site.caller), self.summaries, forward_only=True)
+                if not ok:
+                    still.append(d)
+                    via.append(site.caller.qual)
+                    break
+        return still, sorted(set(via))
+
+
+def _caller_resolver(summaries: Summaries, caller: FunctionInfo) -> Callable[[ast.Call], FunctionInfo | None]:
+    def resolve(call: ast.Call) -> FunctionInfo | None:
+        spelled = ref(call.func)
+        if spelled is None:
+            return None
+        return summaries.function_for(summaries.resolve(caller, spelled))
+
+    return resolve
+
+
+def _argument(call: ast.Call, fn: FunctionInfo, index: int) -> ast.AST | None:
+    params = fn.facts.params
+    offset = bound_offset(call.func, fn)
+    pos = index - offset
+    if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
+        return call.args[pos]
+    for kw in call.keywords:
+        if kw.arg == params[index]:
+            return kw.value
+    return None
+
+
+def _event(flow: FieldFlow, write: FieldWrite, at: ast.AST) -> int | None:
+    if isinstance(at, ast.Call):
+        return flow.by_call.get(id(at))
+    for idx, target in flow.targets.items():
+        if target is at:
+            return idx
+    return None
+
+
+def _bind_after(flow: FieldFlow, stmt: ast.stmt, name: str | None) -> int | None:
+    """The event that binds `name` (a name, or an attribute store) by `stmt`."""
+    for node in flow.nodes:
+        if node.node is stmt and node.kind in ("bind", "store") and node.name == name:
+            return node.index
+    return None
+
+
+def _returned(func: ast.AST, call: ast.Call, result: str | None) -> bool:
+    for sub in walk_local(func):
+        if isinstance(sub, ast.Return) and sub.value is not None:
+            if sub.value is call or (result is not None and ref(sub.value) == result):
+                return True
+            if isinstance(sub.value, ast.Tuple) and any(e is call or (result and ref(e) == result) for e in sub.value.elts):
+                return True
+    return False
+
+
+def _covered(
+    flow: FieldFlow,
+    idx: int,
+    obj: str,
+    field: str,
+    aliases: dict[str, str],
+    resolve: Callable[[ast.Call], FunctionInfo | None],
+    summaries: Summaries,
+    forward_only: bool = False,
+) -> bool:
+    """Whether `obj.field` (or its backing store) is written on every path through the step
+    of event `idx`: before it, or after it."""
+    names = variants(field)
+    memo: dict[int, bool] = {}
+
+    def updates(n: int) -> bool:
+        got = memo.get(n)
+        if got is None:
+            got = memo[n] = _updates(flow, n, obj, names, aliases, resolve, summaries)
+        return got
+
+    step = step_loop(flow, idx)
+    heads = updating_loops(flow, idx, updates)
+
+    def stop(node):
+        if step is not None and (node.index == step.head or node.index not in step.members):
+            return "end"
+        if updates(node.index) or node.index in heads:
+            return "fix"
+        return None
+
+    known = flow.known_at(idx)
+    assume = _presence(obj, names, aliases)
+    for forward in (True,) if forward_only else (True, False):
+        paths = flow.search(idx, forward, stop, known, assume)
+        if "end" not in paths:
+            return True
+    return False
+
+
+def _updates(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases, resolve, summaries: Summaries) -> bool:
+    node = flow.nodes[n]
+    if node.kind == "bind" and node.name == obj:
+        return True  # the name now holds another object
+    if node.kind == "store" and node.name == obj:
+        return True
+    for w in writes_at(flow, n, aliases):
+        if w.obj == obj and w.field in names and w.kind == "set":
+            return True
+    if node.kind != "call":
+        return False
+    call = node.node
+    fn = resolve(call)
+    if fn is None:
+        return False
+    offset = bound_offset(call.func, fn)
+    params = fn.facts.params
+    indices = []
+    if offset and isinstance(call.func, ast.Attribute) and canonical(ref(call.func.value), aliases) == obj:
+        indices.append(0)
+    for pos, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if canonical(ref(arg), aliases) == obj and pos + offset < len(params):
+            indices.append(pos + offset)
+    for kw in call.keywords:
+        if kw.arg in params and canonical(ref(kw.value), aliases) == obj:
+            indices.append(params.index(kw.arg))
+    for i in indices:
+        if any(attr in names for attr, _op, _delta in summaries.fields_written(fn, i)):
+            return True
+    return False
+
+
+def _presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
+    """Conditions that test whether the field is there: `X.f is not None`, `X.f`,
+    `hasattr(X, "f")` are taken as true (without the field nothing is stale)."""
+
+    def is_field(expr: ast.AST) -> bool:
+        return isinstance(expr, ast.Attribute) and expr.attr in names and canonical(ref(expr.value), aliases) == obj
+
+    def assume(atom) -> bool | None:
+        try:
+            expr = ast.parse(atom[0], mode="eval").body
+        except SyntaxError:
+            return None
+        if is_field(expr):
+            return True
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and is_field(expr.left):
+            right = expr.comparators[0]
+            if isinstance(right, ast.Constant) and right.value is None:
+                if isinstance(expr.ops[0], ast.IsNot):
+                    return True
+                if isinstance(expr.ops[0], ast.Is):
+                    return False
+        if (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Name)
+            and expr.func.id == "hasattr"
+            and len(expr.args) == 2
+            and canonical(ref(expr.args[0]), aliases) == obj
+            and isinstance(expr.args[1], ast.Constant)
+            and expr.args[1].value in names
+        ):
+            return True
+        return None
+
+    return assume
+
+
+# -- hints ----------------------------------------------------------------------------------------
+
+
+def _spelled(view: FunctionView, write: FieldWrite, at: ast.AST) -> str:
+    """The object as the source spells it at the advance (not through aliases)."""
+    node: ast.AST | None = None
+    if isinstance(at, ast.Subscript):
+        at = at.value
+    if isinstance(at, ast.Attribute):
+        node = at.value
+    elif isinstance(at, ast.Call):
+        func = at.func
+        if write.kind == "set" and isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) and func.value.attr == write.field:
+            node = func.value.value
+        else:
+            for kw in at.keywords:
+                target = kw.value.value if isinstance(kw.value, ast.Subscript) else kw.value
+                if kw.arg == "out" and isinstance(target, ast.Attribute):
+                    node = target.value
+                elif kw.arg == write.field:
+                    for sub in ast.walk(kw.value):
+                        if isinstance(sub, ast.Attribute) and sub.attr in variants(write.field) | {write.field}:
+                            node = sub.value
+                            break
+                if node is not None:
+                    break
+    if node is not None and ref(node) is not None:
+        return view.text(node)
+    return write.obj or "?"
+
+
+def _amount_text(view: FunctionView, write: FieldWrite) -> str:
+    node = write.node
+    if isinstance(node, ast.AugAssign):
+        return view.text(node.value)
+    if isinstance(node, ast.Call) and write.kind == "set" and node.args:
+        return view.text(node.args[0])
+    value = None
+    if isinstance(node, ast.Call):
+        value = next((kw.value for kw in node.keywords if kw.arg == write.field), None)
+    elif isinstance(node, ast.Assign):
+        value = node.value
+    if value is not None:
+        for sub in ast.walk(value):
+            if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add):
+                if ref(sub.left) and ref(sub.left).endswith("." + write.field):
+                    return view.text(sub.right)
+                if ref(sub.right) and ref(sub.right).endswith("." + write.field):
+                    return view.text(sub.left)
+    return "1"
+
+
+def _wrap(amount: str) -> str:
+    return amount if re.fullmatch(r"[\w.]+", amount) else f"({amount})"
+
+
+def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str) -> str:
+    x, k = spelled, _wrap(amount)
+    if write.kind == "new":
+        parts = []
+        for d in stale:
+            if d == "max_seq_len":
+                parts.append(f"`max_seq_len={x}.max_seq_len + {k}`")
+            elif d.lstrip("_") == "seq_lens_cpu":
+                parts.append(f"`{d if d.startswith('_') else '_' + d}=None` (recomputed from `seq_lens` on first use)")
+            elif d.endswith("upper_bound"):
+                parts.append(f"`{d}={x}.{d} + {k} if {x}.{d} is not None else None`")
+            else:
+                parts.append(f"`{d}=` a value recomputed from the new `{write.field}`")
+        return f"Pass the derived fields to the same `{last_name(write.node.func)}(...)`: " + ", ".join(parts) + "."
+    parts = []
+    for d in stale:
+        if d == "max_seq_len":
+            parts.append(f"`{x}.max_seq_len = min({x}.max_seq_len + {k}, self.max_model_len)` (an upper bound may stay above the capped lengths)")
+        elif d.lstrip("_") == "seq_lens_cpu":
+            shadow = "_seq_lens_cpu"
+            parts.append(f"`if {x}.{shadow} is not None: {x}.{shadow} += {k}` (or set it to `None` to have it recomputed)")
+        elif d.endswith("upper_bound"):
+            parts.append(f"`if {x}.{d} is not None: {x}.{d} += {k}`")
+        else:
+            parts.append(f"recompute `{x}.{d}` from the new `{write.field}`")
+    return "Update them in the same draft step, next to the advance: " + "; ".join(parts) + "."
+
+
+__all__ = ["StaleDerivedMetadata", "FieldMap"]

@@ -1,0 +1,735 @@
+from __future__ import annotations
+
+import ast
+from typing import Any, Iterator
+
+from invariant_check.analysis.facts import last_name, ref, walk_local
+from invariant_check.analysis.fields import (
+    FieldFlow,
+    bound_offset,
+    canonical,
+    flows_to,
+    local_aliases,
+    parameter_index,
+    resolve_call,
+    updating_loops,
+    writes_at,
+)
+from invariant_check.analysis.flow import Loop, atoms_of
+from invariant_check.analysis.needs import FOR_STATEMENT, WHILE_STATEMENT, All, Any as AnyOf, Names, Need
+from invariant_check.analysis.project import FunctionInfo
+from invariant_check.analysis.views import FunctionView
+from invariant_check.rule import Report, Rule
+from invariant_check.types import Invalid, Option, Valid
+
+# in-place methods of a dict of per-layer metadata that give it new entries
+_DICT_REFRESH = frozenset({"update", "setdefault", "__setitem__"})
+
+
+_INPUTS = """
+def update_eagle_inputs(draft_tokens, hidden, input_buffers):
+    input_buffers.input_ids[: len(draft_tokens)] = draft_tokens
+    input_buffers.positions += 1
+    input_buffers.seq_lens += 1
+
+
+def update_draft_inputs(draft_tokens, input_buffers):
+    update_eagle_inputs(draft_tokens, None, input_buffers)
+"""
+
+
+class DraftMetadataNotRefreshed(Rule):
+    """
+    ## What it does
+    Flags a draft loop that advances the draft inputs (positions, sequence lengths, slot
+    mappings) and passes the same attention metadata to the draft model's forward on every
+    step, without building it again or refreshing it in between.
+
+    ## Why is this bad?
+    Attention metadata is built from the positions and sequence lengths of one step, and
+    builders may keep position-dependent state (block-table slices, split plans, sparse
+    top-k plans). Reused after the inputs moved, the next step attends with the previous
+    step's view of the batch: wrong keys, or an invalid memory access. vLLM's model runner v2
+    shipped this from its first release: `generate_draft` passed one `attn_metadata` to
+    `self.run_model(...)` in `for step in range(1, self.num_speculative_steps)` while
+    `update_eagle_inputs(...)` and `compute_slot_mappings(...)` advanced the inputs (0.18.0
+    to 0.20.0); DeepSeek V4 with MTP > 2 crashed. Fixed in 0.21.0 (PR #41162) by building the
+    metadata inside the loop.
+
+    ## Example
+    ```python
+    for step in range(1, self.num_speculative_steps):
+        hidden = self.run_model(num_tokens, attn_metadata, slot_mappings)
+        draft_tokens = self.sample(hidden)
+        update_eagle_inputs(draft_tokens, hidden, self.input_buffers)
+        self.block_tables.compute_slot_mappings(idx_mapping, query_start_loc, pos)
+    ```
+
+    ## Use instead
+    Build the metadata inside the loop, after the inputs advance:
+    ```python
+    for step in range(1, self.num_speculative_steps):
+        attn_metadata = self._build_draft_attn_metadata(num_reqs, num_tokens)
+        hidden = self.run_model(num_tokens, attn_metadata, slot_mappings)
+        ...
+    ```
+    or refresh it in place where the backend allows it:
+    ```python
+        for group in attn_groups:
+            if group.supports_draft_decode_metadata_update:
+                group.update_draft_decode_metadata(attn_metadata)
+    ```
+
+    ## What it proves
+    For every *advance* in a loop, every path from it to a *forward that receives the
+    metadata* (following the loop's back edge) passes a *refresh* of that metadata.
+
+    - An advance is a call of an `input-advancing-calls` function, a call of a project
+      function that makes one (any module, through imports, `self`, `functools.partial`,
+      up to `helper-depth` calls deep), or an increment of a field or local named in
+      `advanced-fields` (`common_attn_metadata.seq_lens += 1`, `positions += 1`).
+    - A forward that receives the metadata is a call named in `forward-calls` with the
+      metadata among its arguments (`self.run_model(n, attn_metadata)`,
+      `set_forward_context(per_layer_attn_metadata, ...)`), or a call of a project function
+      that passes that parameter on to one (`self._generate_draft(n, attn_metadata)`).
+      Metadata is a name matching `metadata-names`.
+    - A refresh is a new binding of the name (`attn_metadata = build(...)`), a store into it
+      (`per_layer_attn_metadata[layer] = md`), `update`/`setdefault` on it, a call named in
+      `refresh-calls` that receives it (`builder.update_draft_decode_metadata(attn_metadata)`),
+      or a call of a project function that passes it to one
+      (`self._update_draft_decode_metadata(attn_metadata, num_reqs)`). Entering an inner loop
+      that refreshes it (over the attention groups) counts as a refresh.
+
+    A helper that both runs the forward and advances the inputs (`_generate_draft`) is taken
+    to run them in that order: the forward of one step, then the inputs of the next.
+
+    Conditions count where the source decides them: a refresh under a condition that only
+    reads the loop's counter (`if step == 1:`) covers only those iterations. A refresh under
+    any other condition (`if attn_metadata is not None and (self.advance_draft_positions or
+    step == 1):`, `if builder.supports_draft_decode_metadata_update:`) is taken to run
+    whenever the inputs moved: such conditions say when the backend needs it, which the
+    source does not show.
+
+    ## What it leaves to the runtime guard
+    Whether a refresh really regenerates every position-dependent field, helpers the linter
+    cannot resolve, and the conditions above: the `metadata-coherence` runtime guard checks
+    the common metadata (`max_seq_len`, `query_start_loc`, `seq_lens_cpu_upper_bound`, the
+    decode rows' slot mapping against positions and block table) at every draft step's
+    metadata build.
+
+    ## Options
+    - `input-advancing-calls`: last names of calls that advance the draft inputs. Default
+      `update_eagle_inputs`, `update_draft_inputs`, `compute_slot_mappings`,
+      `eagle_step_update_slot_mapping_and_metadata`.
+    - `advanced-fields`: fields (and locals) whose increment advances the inputs. Default
+      `seq_lens`, `positions`.
+    - `forward-calls`: last names of calls that run the draft model with the metadata.
+      Default `model`, `forward`, `draft_model`, `run_model`, `_run_model`,
+      `set_forward_context`.
+    - `refresh-calls`: last names of calls that rebuild or refresh metadata they receive.
+      Default `update_draft_decode_metadata`, `build`, `build_for_drafting`,
+      `build_attn_metadata`, `build_per_group_and_layer_attn_metadata`.
+    - `metadata-names` (globs, any case): names that hold attention metadata. Default
+      `*attn_metadata*`, `*attention_metadata*`, `*attn_md*`, `*_md`, `md`.
+    - `helper-depth` (default 4): how many calls deep helpers are followed.
+    """
+
+    CODE = "IC005"
+    NAME = "draft-metadata-not-refreshed"
+    SUMMARY = "A draft loop advances its inputs but runs every step with the same attention metadata."
+    HINT = (
+        "Rebuild the metadata inside the loop after the inputs advance "
+        "(`attn_metadata = self._build_draft_attn_metadata(...)`), or refresh it in place where "
+        "the builder allows: `if builder.supports_draft_decode_metadata_update: "
+        "builder.update_draft_decode_metadata(attn_metadata)`."
+    )
+    OPTIONS = {
+        "input-advancing-calls": Option(
+            ["update_eagle_inputs", "update_draft_inputs", "compute_slot_mappings",
+             "eagle_step_update_slot_mapping_and_metadata"],
+            "last names of calls that advance the draft inputs",
+        ),
+        "advanced-fields": Option(["seq_lens", "positions"], "fields and locals whose increment advances the inputs"),
+        "forward-calls": Option(
+            ["model", "forward", "draft_model", "run_model", "_run_model", "set_forward_context"],
+            "last names of calls that run the draft model with the metadata they receive",
+        ),
+        "refresh-calls": Option(
+            ["update_draft_decode_metadata", "build", "build_for_drafting", "build_attn_metadata",
+             "build_per_group_and_layer_attn_metadata"],
+            "last names of calls that rebuild or refresh the metadata they receive",
+        ),
+        "metadata-names": Option(
+            ["*attn_metadata*", "*attention_metadata*", "*attn_md*", "*_md", "md"],
+            "globs for names that hold attention metadata",
+        ),
+        "helper-depth": Option(4, "how many helper calls deep advances, forwards and refreshes are looked for", int),
+    }
+
+    VALID = [
+        # vLLM 0.21.0: the metadata is built inside the loop, after the inputs advanced.
+        Valid(
+            """
+from .inputs import update_eagle_inputs
+
+def generate_draft(self, num_reqs, num_tokens, slot_mappings):
+    for step in range(1, self.num_speculative_steps):
+        attn_metadata = self.build_draft_attn_metadata(num_reqs, num_tokens)
+        hidden = self.run_model(num_tokens, attn_metadata, slot_mappings)
+        draft_tokens = self.sample(hidden)
+        update_eagle_inputs(draft_tokens, hidden, self.input_buffers)
+""",
+            files={"inputs.py": _INPUTS},
+        ),
+        # Refreshed in place where the backend allows it, rebuilt where it does not.
+        Valid(
+            """
+from .inputs import update_draft_inputs
+
+def multi_step(self, num_tokens, attn_metadata):
+    for step in range(1, self.num_speculative_steps):
+        hidden = self.run_model(num_tokens, attn_metadata)
+        update_draft_inputs(self.sample(hidden), self.input_buffers)
+        for group in self.attn_groups:
+            if group.supports_draft_decode_metadata_update:
+                group.update_draft_decode_metadata(attn_metadata)
+            else:
+                attn_metadata.update(group.build(num_tokens))
+""",
+            files={"inputs.py": _INPUTS},
+        ),
+        # Refreshed through a helper of another module.
+        Valid(
+            """
+from .inputs import update_draft_inputs
+from .refresh import refresh_decode_metadata
+
+def multi_step(self, num_tokens, attn_metadata):
+    for step in range(1, self.num_speculative_steps):
+        hidden = self.run_model(num_tokens, attn_metadata)
+        update_draft_inputs(self.sample(hidden), self.input_buffers)
+        refresh_decode_metadata(self.attn_groups, attn_metadata)
+""",
+            files={
+                "inputs.py": _INPUTS,
+                "refresh.py": """
+def refresh_decode_metadata(groups, md):
+    for group in groups:
+        group.update_draft_decode_metadata(md)
+""",
+            },
+        ),
+        # vLLM 0.24.0: rebuilt at the top of each step under a backend condition; a helper
+        # runs the forward and then advances the inputs.
+        Valid(
+            """
+from .inputs import update_draft_inputs
+
+class Speculator:
+    def multi_step_decode(self, num_reqs, num_tokens, skip_attn):
+        attn_metadata = None
+        for step in range(1, self.num_speculative_steps):
+            if not skip_attn and (self.advance_draft_positions or step == 1):
+                attn_metadata = self.build_draft_attn_metadata(num_reqs, num_tokens)
+            self.generate_draft(num_tokens, attn_metadata)
+
+    def generate_draft(self, num_tokens, attn_metadata):
+        hidden = self.run_model(num_tokens, attn_metadata)
+        update_draft_inputs(self.sample(hidden), self.input_buffers)
+""",
+            files={"inputs.py": _INPUTS},
+        ),
+        # v1 style: the per-layer metadata is refilled from each group's builder every step.
+        Valid(
+            """
+def propose(self, common_attn_metadata, per_layer_attn_metadata):
+    for token_index in range(self.num_speculative_tokens - 1):
+        common_attn_metadata.seq_lens += 1
+        for group in self.draft_attn_groups:
+            md = group.builder.build_for_drafting(common_attn_metadata, token_index + 1)
+            for layer_name in group.layer_names:
+                per_layer_attn_metadata[layer_name] = md
+        with set_forward_context(per_layer_attn_metadata, self.vllm_config):
+            hidden = self.model(self.input_ids, self.positions)
+"""
+        ),
+        # Each step runs another module at the same positions: shifting token ids advances nothing.
+        Valid(
+            """
+def generate_drafts(self, num_tokens, attn_metadata):
+    for step in range(self.num_speculative_steps):
+        hidden = self._run_model(num_tokens, attn_metadata, module=step)
+        update_draft_inputs(self.sample(hidden), self.input_buffers)
+
+def update_draft_inputs(tokens, input_buffers):
+    input_buffers.input_ids[:-1] = input_buffers.input_ids[1:].clone()
+    input_buffers.input_ids[-1] = tokens
+"""
+        ),
+        # A `while` loop that rebuilds after advancing positions.
+        Valid(
+            """
+def draft(self, num_tokens):
+    step = 0
+    md = self.build_md(num_tokens)
+    while step < self.num_steps:
+        hidden = self.run_model(num_tokens, md)
+        self.positions += 1
+        md = self.build_md(num_tokens)
+        step += 1
+"""
+        ),
+        # The metadata is not a loop input: the helper builds it for each step itself.
+        Valid(
+            """
+from .inputs import update_eagle_inputs
+
+def generate_draft(self, num_tokens):
+    for step in range(1, self.num_speculative_steps):
+        hidden = self.build_and_run(num_tokens)
+        update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+""",
+            files={"inputs.py": _INPUTS},
+        ),
+    ]
+    INVALID = [
+        # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
+        Invalid(
+            """
+from .inputs import update_eagle_inputs
+
+class EagleSpeculator:
+    def generate_draft(self, num_reqs, num_tokens, attn_metadata, slot_mappings):
+        pos = self.input_buffers.positions[:num_reqs]
+        for step in range(1, self.num_speculative_steps):
+            hidden = self.run_model(num_tokens, attn_metadata, slot_mappings)
+            draft_tokens = self.sample(hidden)
+            if step < self.num_speculative_steps - 1:
+                update_eagle_inputs(draft_tokens, hidden, self.input_buffers)
+                if attn_metadata is not None:
+                    self.block_tables.compute_slot_mappings(pos, num_tokens)
+""",
+            line=6,
+            column=9,
+            message_contains="`attn_metadata` is passed to `self.run_model(...)`",
+            files={"inputs.py": _INPUTS},
+        ),
+        # The advance sits in a helper of another module, the forward in a method.
+        Invalid(
+            """
+from .steps import next_inputs
+
+class Drafter:
+    def draft(self, num_tokens, draft_md):
+        for _ in range(self.num_steps):
+            hidden = self._step(num_tokens, draft_md)
+            next_inputs(self, hidden)
+
+    def _step(self, num_tokens, md):
+        return self.run_model(num_tokens, md)
+""",
+            line=5,
+            files={
+                "steps.py": """
+from .inputs import update_draft_inputs
+
+def next_inputs(drafter, hidden):
+    update_draft_inputs(drafter.sample(hidden), drafter.input_buffers)
+""",
+                "inputs.py": _INPUTS,
+            },
+        ),
+        # Rebuilt only on the first step: the loop counter decides, later steps reuse it.
+        Invalid(
+            """
+from .inputs import update_draft_inputs
+
+def multi_step(self, num_tokens):
+    attn_metadata = None
+    for step in range(1, self.num_speculative_steps):
+        if step == 1:
+            attn_metadata = self.build_draft_attn_metadata(num_tokens)
+        hidden = self.run_model(num_tokens, attn_metadata)
+        update_draft_inputs(self.sample(hidden), self.input_buffers)
+""",
+            line=5,
+            files={"inputs.py": _INPUTS},
+        ),
+        # Rebuilt before the inputs advance: the forward after the advance reads old metadata.
+        Invalid(
+            """
+from .inputs import update_draft_inputs
+
+def multi_step(self, num_tokens, hidden):
+    for step in range(1, self.num_speculative_steps):
+        attn_metadata = self.build_draft_attn_metadata(num_tokens)
+        update_draft_inputs(self.sample(hidden), self.input_buffers)
+        hidden = self.run_model(num_tokens, attn_metadata)
+""",
+            line=4,
+            files={"inputs.py": _INPUTS},
+        ),
+        # v1 style, the group rebuild deleted: the positions advance, the dict does not change.
+        Invalid(
+            """
+def propose(self, common_attn_metadata, per_layer_attn_metadata):
+    for token_index in range(self.num_speculative_tokens - 1):
+        common_attn_metadata.seq_lens += 1
+        common_attn_metadata.max_seq_len += 1
+        with set_forward_context(per_layer_attn_metadata, self.vllm_config):
+            hidden = self.model(self.input_ids, self.positions)
+""",
+            line=2,
+            message_contains="`common_attn_metadata.seq_lens += 1`",
+        ),
+        # A `while` loop; the helper called between the steps only logs the metadata.
+        Invalid(
+            """
+from .inputs import update_eagle_inputs
+from .debug import log_metadata
+
+def draft(self, num_tokens, attn_md):
+    step = 0
+    while step < self.num_steps:
+        hidden = self.run_model(num_tokens, attn_md)
+        update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+        log_metadata(attn_md)
+        step += 1
+""",
+            line=6,
+            files={
+                "inputs.py": _INPUTS,
+                "debug.py": """
+def log_metadata(md):
+    print(md)
+""",
+            },
+        ),
+        # Another metadata object is refreshed, not the one the forward receives.
+        Invalid(
+            """
+from .inputs import update_draft_inputs
+
+def multi_step(self, num_tokens, attn_metadata, prefill_attn_metadata):
+    for step in range(1, self.num_speculative_steps):
+        hidden = self.run_model(num_tokens, attn_metadata)
+        update_draft_inputs(self.sample(hidden), self.input_buffers)
+        for group in self.attn_groups:
+            group.update_draft_decode_metadata(prefill_attn_metadata)
+""",
+            line=4,
+            files={"inputs.py": _INPUTS},
+        ),
+    ]
+
+    @classmethod
+    def needs(cls, options: dict[str, Any]) -> Need:
+        return All(_metadata_names(options), AnyOf(FOR_STATEMENT, WHILE_STATEMENT))
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        self.metadata = _metadata_names(options)
+        self.advancing = frozenset(options["input-advancing-calls"])
+        self.fields = frozenset(options["advanced-fields"])
+        self.forwards = frozenset(options["forward-calls"])
+        self.refreshes = frozenset(options["refresh-calls"])
+        self.depth = options["helper-depth"]
+
+    def check_function(self, view: FunctionView) -> Iterator[Report]:
+        func = view.node
+        aliases = local_aliases(func)
+        # cheap first: a loop that passes a metadata name to some call
+        names: set[str] = set()
+        for loop in _loops(func):
+            for sub in walk_local(loop):
+                if isinstance(sub, ast.Call):
+                    for arg in _passed(sub):
+                        spelled = canonical(ref(arg), aliases)
+                        if spelled and self.metadata.matches(spelled.rsplit(".", 1)[-1]):
+                            names.add(spelled)
+        if not names:
+            return
+        judge = _Judge(self, view, func, aliases)
+        reported: set[tuple[int, str]] = set()
+        for md in sorted(names):
+            for loop, advance, forward in judge.stale_uses(md):
+                key = (id(loop.node), md)
+                if key in reported:
+                    continue
+                reported.add(key)
+                yield judge.report(loop, md, advance, forward)
+
+
+def _metadata_names(options: dict[str, Any]) -> Names:
+    return Names(options["metadata-names"], case_sensitive=False)
+
+
+def _loops(func: ast.AST) -> Iterator[ast.AST]:
+    for sub in walk_local(func):
+        if isinstance(sub, (ast.For, ast.AsyncFor, ast.While)):
+            yield sub
+
+
+def _passed(call: ast.Call) -> Iterator[ast.AST]:
+    for arg in call.args:
+        yield arg.value if isinstance(arg, ast.Starred) else arg
+    for kw in call.keywords:
+        yield kw.value
+
+
+class _Judge:
+    def __init__(self, rule: DraftMetadataNotRefreshed, view: FunctionView, func: ast.AST, aliases: dict[str, str]) -> None:
+        self.rule = rule
+        self.view = view
+        self.func = func
+        self.aliases = aliases
+        self.summaries = view.ctx.summaries(rule.depth)
+        self.flow = FieldFlow(func)
+        self._targets: dict[int, tuple[str, FunctionInfo | None]] = {}
+        self._advances: dict[int, bool] = {}
+
+    # -- one call --------------------------------------------------------------------------------
+    def target(self, call: ast.Call) -> tuple[str, FunctionInfo | None]:
+        got = self._targets.get(id(call))
+        if got is None:
+            got = self._targets[id(call)] = resolve_call(self.view, call)
+        return got
+
+    def _receives(self, call: ast.Call, md: str) -> bool:
+        return any(canonical(ref(a), self.aliases) == md for a in _passed(call))
+
+    def _params_receiving(self, call: ast.Call, fn: FunctionInfo, md: str) -> list[int]:
+        offset = bound_offset(call.func, fn)
+        return parameter_index(fn, call, offset, lambda a: canonical(ref(a), self.aliases) == md)
+
+    def is_forward(self, n: int, md: str) -> bool:
+        node = self.flow.nodes[n]
+        if node.kind != "call":
+            return False
+        call = node.node
+        if not self._receives(call, md):
+            return False
+        if last_name(call.func) in self.rule.forwards:
+            return True
+        _, fn = self.target(call)
+        if fn is None:
+            return False
+        forwards = self.rule.forwards
+        test = lambda c: c.name in forwards
+        key = f"forward:{sorted(forwards)}"
+        return any(flows_to(self.summaries, fn, i, test, key) for i in self._params_receiving(call, fn, md))
+
+    def is_advance(self, n: int) -> bool:
+        got = self._advances.get(n)
+        if got is None:
+            got = self._advances[n] = self._is_advance(n)
+        return got
+
+    def _is_advance(self, n: int) -> bool:
+        node = self.flow.nodes[n]
+        rule = self.rule
+        if node.kind == "bind" and isinstance(node.node, ast.AugAssign) and node.name in rule.fields:
+            return isinstance(node.node.op, ast.Add)
+        if node.kind not in ("call", "store"):
+            return False
+        for w in writes_at(self.flow, n, self.aliases):
+            if w.field in rule.fields and w.sign == 1 and w.kind == "set":
+                return True
+        if node.kind != "call":
+            return False
+        call = node.node
+        _, fn = self.target(call)
+        if last_name(call.func) in rule.advancing:
+            # a project function of that name advances only if it touches the inputs: a
+            # multi-module MTP shifts token ids between modules at the same positions
+            return fn is None or _touches(self.summaries, fn, rule.fields, rule.depth)
+        if fn is None:
+            return False
+        advancing = rule.advancing
+        if self.summaries.reaches(fn, lambda c: c.name in advancing, f"advances:{sorted(advancing)}"):
+            return True
+        for i in range(len(fn.facts.params)):
+            for attr, op, delta in self.summaries.fields_written(fn, i):
+                if attr in rule.fields and (op in ("+=", "add_") or (op in ("=", "replace") and delta is not None and delta > 0)):
+                    return True
+        return False
+
+    def is_refresh(self, n: int, md: str) -> bool:
+        node = self.flow.nodes[n]
+        if node.kind == "bind" and node.name == md:
+            return True
+        if node.kind == "store" and node.name == md:
+            return True  # `md[layer] = ...`, `self.md = ...`
+        if node.kind != "call":
+            return False
+        call = node.node
+        name = last_name(call.func)
+        recv = canonical(ref(call.func.value), self.aliases) if isinstance(call.func, ast.Attribute) else None
+        if recv == md and name in _DICT_REFRESH | self.rule.refreshes:
+            return True
+        if name in self.rule.refreshes and self._receives(call, md):
+            return True
+        _, fn = self.target(call)
+        if fn is None:
+            return False
+        refreshes = self.rule.refreshes | _DICT_REFRESH
+        test = lambda c: c.name in refreshes
+        key = f"refresh:{sorted(refreshes)}"
+        if any(flows_to(self.summaries, fn, i, test, key) for i in self._params_receiving(call, fn, md)):
+            return True
+        # `self.md` written by a method of the same instance
+        head, _, attr = md.partition(".")
+        if head == "self" and attr and "." not in attr and recv == "self":
+            return any(a == attr for a, _op, _d in self.summaries.fields_written(fn, 0))
+        return False
+
+    # -- paths ------------------------------------------------------------------------------------
+    def stale_uses(self, md: str) -> Iterator[tuple[Loop, int, int]]:
+        flow = self.flow
+        members: set[int] = set()
+        for loop in flow.loops:
+            members |= loop.members
+        forwards = [n for n in sorted(members) if self.is_forward(n, md)]
+        if not forwards:
+            return
+        fwd_set = set(forwards)
+        advances = [n for n in sorted(members) if n not in fwd_set and self.is_advance(n)]
+        advances += [n for n in forwards if self.is_advance(n)]  # forward, then next inputs
+        refresh_memo: dict[int, bool] = {}
+
+        def refresh(n: int) -> bool:
+            got = refresh_memo.get(n)
+            if got is None:
+                got = refresh_memo[n] = self.is_refresh(n, md)
+            return got
+
+        guarded = self._guarded_branches(refresh)
+        for a in advances:
+            loops = flow.loops_of(a)
+            outer = loops[0]
+            heads = updating_loops(flow, a, refresh)
+
+            def stop(node, outer=outer, heads=heads, a=a):
+                i = node.index
+                if i != outer.head and i not in outer.members:
+                    return "exit"
+                if i in fwd_set and i != a:
+                    return "fwd"
+                if refresh(i) or i in heads:
+                    return "refresh"
+                if node.kind == "cond" and i in guarded:
+                    return "assumed"
+                return None
+
+            paths = flow.search(a, True, stop, flow.known_at(a))
+            for path in paths.get("fwd", []):
+                hit = path[-1]
+                common = [l for l in loops if hit in l.members]
+                if common:
+                    yield common[-1], a, hit
+                    break
+
+    def _guarded_branches(self, refresh) -> set[int]:
+        """Cond events of the branch that skips a refresh, for `if` tests the source cannot
+        decide (not only the loop counters): taken as never taken when the inputs moved."""
+        flow = self.flow
+        counters = _counters(self.func)
+        by_test: dict[int, list[int]] = {}
+        for node in flow.nodes:
+            if node.kind == "cond":
+                by_test.setdefault(id(node.node), []).append(node.index)
+        refreshed = {id(flow.nodes[n].node) for n in range(len(flow.nodes)) if refresh(n)}
+        out: set[int] = set()
+        for sub in walk_local(self.func):
+            if not isinstance(sub, ast.If):
+                continue
+            in_body = _holds(sub.body, refreshed)
+            in_else = _holds(sub.orelse, refreshed)
+            if in_body == in_else or _reads_only(sub.test, counters):
+                continue
+            skip = atoms_of(sub.test, not in_body)
+            for n in by_test.get(id(sub.test), []):
+                if flow.nodes[n].atoms == skip:
+                    out.add(n)
+        return out
+
+    # -- words ---------------------------------------------------------------------------------------
+    def report(self, loop: Loop, md: str, advance: int, forward: int) -> Report:
+        view = self.view
+        fwd_call = self.flow.nodes[forward].node
+        adv = self.flow.nodes[advance]
+        adv_text = _event_text(view, adv)
+        fwd_text = f"{view.text(fwd_call.func)}(...)"
+        message = (
+            f"`{md}` is passed to `{fwd_text}` on every step of this loop, but `{adv_text}` "
+            f"advances the draft inputs and `{md}` is neither rebuilt nor refreshed before the "
+            f"next forward: that step attends with the previous step's metadata"
+        )
+        hint = (
+            f"Rebuild `{md}` inside the loop after the inputs advance (e.g. "
+            f"`{md} = self._build_draft_attn_metadata(...)` before `{fwd_text}`), or refresh it in "
+            f"place where the backend allows it: `if builder.supports_draft_decode_metadata_update: "
+            f"builder.update_draft_decode_metadata({md})`."
+        )
+        data = {"metadata": md, "advance": adv_text, "forward": fwd_text, "advance_line": adv.node.lineno}
+        return Report(loop.node, message, hint, data)
+
+
+def _touches(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> bool:
+    """Whether a function, or one it calls (`depth` deep), reads or writes an advanced field
+    (an attribute or a name): what an advancing kernel launch is given."""
+    seen: set[tuple[str, str]] = set()
+    stack = [(fn, depth)]
+    while stack:
+        cur, d = stack.pop()
+        ident = (str(cur.module.path), cur.qual)
+        if ident in seen:
+            continue
+        seen.add(ident)
+        node = cur.node()
+        if node is None or any(p in fields for p in cur.facts.params):
+            return True
+        for sub in walk_local(node):
+            if isinstance(sub, ast.Attribute) and sub.attr in fields:
+                return True
+            if isinstance(sub, ast.Name) and sub.id in fields:
+                return True
+        if d > 0:
+            stack.extend((c.function, d - 1) for c in summaries.callees(cur) if c.function is not None)
+    return False
+
+
+def _event_text(view: FunctionView, node) -> str:
+    if node.kind == "call":
+        return f"{view.text(node.node.func)}(...)"
+    return view.text(node.node)
+
+
+def _holds(body: list[ast.stmt], ids: set[int]) -> bool:
+    for st in body:
+        for sub in ast.walk(st):
+            if id(sub) in ids:
+                return True
+    return False
+
+
+def _counters(func: ast.AST) -> set[str]:
+    """Names a loop of the function counts with: `for` targets, names augmented in a `while`."""
+    out: set[str] = set()
+    for sub in walk_local(func):
+        if isinstance(sub, (ast.For, ast.AsyncFor)):
+            out.update(n.id for n in ast.walk(sub.target) if isinstance(n, ast.Name))
+        elif isinstance(sub, ast.While):
+            for inner in walk_local(sub):
+                if isinstance(inner, ast.AugAssign) and isinstance(inner.target, ast.Name):
+                    out.add(inner.target.id)
+    return out
+
+
+def _reads_only(test: ast.AST, counters: set[str]) -> bool:
+    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
+    attrs = [n for n in ast.walk(test) if isinstance(n, (ast.Attribute, ast.Call, ast.Subscript))]
+    return bool(names) and names <= counters and not attrs
+
+
+__all__ = ["DraftMetadataNotRefreshed"]
