@@ -3,7 +3,7 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from invariant_check.analysis.facts import last_name, ref, walk_local
 from invariant_check.analysis.fields import (
@@ -15,16 +15,15 @@ from invariant_check.analysis.fields import (
     canonical,
     class_fields,
     class_of,
+    covered,
     local_aliases,
     mentioned_fields,
     parents,
     resolve_call,
+    resolver_for,
     statement_of,
-    step_loop,
     store_writes,
-    updating_loops,
     variants,
-    writes_at,
 )
 from invariant_check.analysis.needs import All, Any as AnyOf, Need, Pattern, Words
 from invariant_check.analysis.project import FunctionInfo
@@ -660,6 +659,7 @@ class _Step:
         self.summaries: Summaries = view.ctx.summaries(rule.depth)
         self._flow: FieldFlow | None = None
         self._parents: dict[int, ast.AST] | None = None
+        self._sites: list | None = None
 
     @property
     def flow(self) -> FieldFlow:
@@ -676,16 +676,37 @@ class _Step:
     def wanted(self, write: FieldWrite) -> list[str]:
         """The derived fields of the advanced field that the object is known to have."""
         obj = write.obj
-        known = set(mentioned_fields(self.func, obj, self.aliases))
-        cls = class_of(self.view, obj, self.aliases)
-        if cls is not None:
-            known |= class_fields(cls)
-        return [d for d in self.rule.derived.get(write.field, []) if variants(d) & known]
+        derived = self.rule.derived.get(write.field, [])
+        known = _known(self.view, self.func, obj, self.aliases)
+        if not any(variants(d) & known for d in derived):
+            # a helper's parameter: what its callers pass
+            for site, passed, caliases in self._passed_by_callers(obj):
+                caller = FunctionView(self.view.ctx, site.caller.module, site.node, site.caller.qual)
+                known |= _known(caller, site.node, passed, caliases)
+        return [d for d in derived if variants(d) & known]
+
+    def _passed_by_callers(self, obj: str) -> list:
+        """(call site, the object it passes for `obj`, the caller's aliases), when `obj` is
+        (a field of) a parameter of this function."""
+        fn = self.view.info
+        head, _, rest = obj.partition(".")
+        if fn is None or head not in fn.facts.params or head in ("self", "cls"):
+            return []
+        if self._sites is None:
+            self._sites = callers(self.view, fn)
+        index = fn.facts.params.index(head)
+        out = []
+        for site in self._sites:
+            arg = _argument(site.call, fn, index)
+            caliases = local_aliases(site.node)
+            passed = canonical(ref(arg), caliases) if arg is not None else None
+            out.append((site, passed + ("." + rest if rest else "") if passed else None, caliases))
+        return out
 
     # -- judging one advance ---------------------------------------------------------------------
     def stale(self, write: FieldWrite, at: ast.AST, wanted: list[str]) -> tuple[list[str], list[str]]:
         flow = self.flow
-        resolve = lambda call: resolve_call(self.view, call)[1]
+        resolve = lambda call: resolve_call(self.view, call)[1]  # noqa: E731
         if write.kind == "new":
             call = write.node
             given = {w.field for w in call_writes(call, self.aliases) if w.obj == write.obj and w.kind == "new"}
@@ -704,38 +725,30 @@ class _Step:
             if result is not None:
                 bind = _bind_after(flow, stmt, result)
                 if bind is not None:
-                    stale = [d for d in stale if not _covered(flow, bind, canonical(result, self.aliases) or result, d, self.aliases, resolve, self.summaries, forward_only=True)]
+                    stale = [d for d in stale if not covered(flow, bind, canonical(result, self.aliases) or result, d, self.aliases, resolve, self.summaries, forward_only=True)]
             if stale and _returned(self.func, call, result):
                 return self._through_callers_copy(stale)
             return stale, []
         idx = _event(flow, write, at)
         if idx is None:
             return [], []
-        stale = [d for d in wanted if not _covered(flow, idx, write.obj, d, self.aliases, resolve, self.summaries)]
+        stale = [d for d in wanted if not covered(flow, idx, write.obj, d, self.aliases, resolve, self.summaries)]
         if stale:
             return self._through_callers_param(write.obj, stale)
         return stale, []
 
     def _through_callers_param(self, obj: str, stale: list[str]) -> tuple[list[str], list[str]]:
-        fn = self.view.info
-        head, _, rest = obj.partition(".")
-        if fn is None or head not in fn.facts.params or head in ("self", "cls"):
-            return stale, []
-        sites = callers(self.view, fn)
+        sites = self._passed_by_callers(obj)
         if not sites:
             return stale, []
-        index = fn.facts.params.index(head)
         still: list[str] = []
         via: list[str] = []
         for d in stale:
-            for site in sites:
-                arg = _argument(site.call, fn, index)
-                caliases = local_aliases(site.node)
-                passed = canonical(ref(arg), caliases) if arg is not None else None
+            for site, passed, caliases in sites:
                 cflow = FieldFlow(site.node)
                 cidx = cflow.by_call.get(id(site.call))
-                resolve = _caller_resolver(self.summaries, site.caller)
-                if passed is None or cidx is None or not _covered(cflow, cidx, passed + ("." + rest if rest else ""), d, caliases, resolve, self.summaries):
+                resolve = resolver_for(self.summaries, site.caller)
+                if passed is None or cidx is None or not covered(cflow, cidx, passed, d, caliases, resolve, self.summaries):
                     still.append(d)
                     via.append(site.caller.qual)
                     break
@@ -745,7 +758,9 @@ class _Step:
         fn = self.view.info
         if fn is None:
             return stale, []
-        sites = callers(self.view, fn)
+        if self._sites is None:
+            self._sites = callers(self.view, fn)
+        sites = self._sites
         if not sites:
             return stale, []
         still: list[str] = []
@@ -761,8 +776,8 @@ class _Step:
                     cflow = FieldFlow(site.node)
                     bind = _bind_after(cflow, stmt, result) if result else None
                     if bind is not None:
-                        ok = _covered(cflow, bind, canonical(result, caliases) or result, d, caliases,
-                                      _caller_resolver(self.summaries, site.caller), self.summaries, forward_only=True)
+                        ok = covered(cflow, bind, canonical(result, caliases) or result, d, caliases,
+                                      resolver_for(self.summaries, site.caller), self.summaries, forward_only=True)
                 if not ok:
                     still.append(d)
                     via.append(site.caller.qual)
@@ -770,14 +785,13 @@ class _Step:
         return still, sorted(set(via))
 
 
-def _caller_resolver(summaries: Summaries, caller: FunctionInfo) -> Callable[[ast.Call], FunctionInfo | None]:
-    def resolve(call: ast.Call) -> FunctionInfo | None:
-        spelled = ref(call.func)
-        if spelled is None:
-            return None
-        return summaries.function_for(summaries.resolve(caller, spelled))
-
-    return resolve
+def _known(view: FunctionView, func: ast.AST, obj: str, aliases: dict[str, str]) -> set[str]:
+    """Fields `obj` is known to have: its class's, and those the function touches on it."""
+    known = set(mentioned_fields(func, obj, aliases))
+    cls = class_of(view, obj, aliases)
+    if cls is not None:
+        known |= class_fields(cls)
+    return known
 
 
 def _argument(call: ast.Call, fn: FunctionInfo, index: int) -> ast.AST | None:
@@ -817,116 +831,6 @@ def _returned(func: ast.AST, call: ast.Call, result: str | None) -> bool:
             if isinstance(sub.value, ast.Tuple) and any(e is call or (result and ref(e) == result) for e in sub.value.elts):
                 return True
     return False
-
-
-def _covered(
-    flow: FieldFlow,
-    idx: int,
-    obj: str,
-    field: str,
-    aliases: dict[str, str],
-    resolve: Callable[[ast.Call], FunctionInfo | None],
-    summaries: Summaries,
-    forward_only: bool = False,
-) -> bool:
-    """Whether `obj.field` (or its backing store) is written on every path through the step
-    of event `idx`: before it, or after it."""
-    names = variants(field)
-    memo: dict[int, bool] = {}
-
-    def updates(n: int) -> bool:
-        got = memo.get(n)
-        if got is None:
-            got = memo[n] = _updates(flow, n, obj, names, aliases, resolve, summaries)
-        return got
-
-    step = step_loop(flow, idx)
-    heads = updating_loops(flow, idx, updates)
-
-    def stop(node):
-        if step is not None and (node.index == step.head or node.index not in step.members):
-            return "end"
-        if updates(node.index) or node.index in heads:
-            return "fix"
-        return None
-
-    known = flow.known_at(idx)
-    assume = _presence(obj, names, aliases)
-    for forward in (True,) if forward_only else (True, False):
-        paths = flow.search(idx, forward, stop, known, assume)
-        if "end" not in paths:
-            return True
-    return False
-
-
-def _updates(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases, resolve, summaries: Summaries) -> bool:
-    node = flow.nodes[n]
-    if node.kind == "bind" and node.name == obj:
-        return True  # the name now holds another object
-    if node.kind == "store" and node.name == obj:
-        return True
-    for w in writes_at(flow, n, aliases):
-        if w.obj == obj and w.field in names and w.kind == "set":
-            return True
-    if node.kind != "call":
-        return False
-    call = node.node
-    fn = resolve(call)
-    if fn is None:
-        return False
-    offset = bound_offset(call.func, fn)
-    params = fn.facts.params
-    indices = []
-    if offset and isinstance(call.func, ast.Attribute) and canonical(ref(call.func.value), aliases) == obj:
-        indices.append(0)
-    for pos, arg in enumerate(call.args):
-        if isinstance(arg, ast.Starred):
-            break
-        if canonical(ref(arg), aliases) == obj and pos + offset < len(params):
-            indices.append(pos + offset)
-    for kw in call.keywords:
-        if kw.arg in params and canonical(ref(kw.value), aliases) == obj:
-            indices.append(params.index(kw.arg))
-    for i in indices:
-        if any(attr in names for attr, _op, _delta in summaries.fields_written(fn, i)):
-            return True
-    return False
-
-
-def _presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
-    """Conditions that test whether the field is there: `X.f is not None`, `X.f`,
-    `hasattr(X, "f")` are taken as true (without the field nothing is stale)."""
-
-    def is_field(expr: ast.AST) -> bool:
-        return isinstance(expr, ast.Attribute) and expr.attr in names and canonical(ref(expr.value), aliases) == obj
-
-    def assume(atom) -> bool | None:
-        try:
-            expr = ast.parse(atom[0], mode="eval").body
-        except SyntaxError:
-            return None
-        if is_field(expr):
-            return True
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and is_field(expr.left):
-            right = expr.comparators[0]
-            if isinstance(right, ast.Constant) and right.value is None:
-                if isinstance(expr.ops[0], ast.IsNot):
-                    return True
-                if isinstance(expr.ops[0], ast.Is):
-                    return False
-        if (
-            isinstance(expr, ast.Call)
-            and isinstance(expr.func, ast.Name)
-            and expr.func.id == "hasattr"
-            and len(expr.args) == 2
-            and canonical(ref(expr.args[0]), aliases) == obj
-            and isinstance(expr.args[1], ast.Constant)
-            and expr.args[1].value in names
-        ):
-            return True
-        return None
-
-    return assume
 
 
 # -- hints ----------------------------------------------------------------------------------------

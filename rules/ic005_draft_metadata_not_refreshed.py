@@ -8,6 +8,7 @@ from invariant_check.analysis.fields import (
     FieldFlow,
     bound_offset,
     canonical,
+    fills,
     flows_to,
     local_aliases,
     parameter_index,
@@ -575,8 +576,9 @@ class _Judge:
         refreshes = self.rule.refreshes | _DICT_REFRESH
         test = lambda c: c.name in refreshes
         key = f"refresh:{sorted(refreshes)}"
-        if any(flows_to(self.summaries, fn, i, test, key) for i in self._params_receiving(call, fn, md)):
-            return True
+        for i in self._params_receiving(call, fn, md):
+            if flows_to(self.summaries, fn, i, test, key) or fills(self.summaries, fn, i):
+                return True
         # `self.md` written by a method of the same instance
         head, _, attr = md.partition(".")
         if head == "self" and attr and "." not in attr and recv == "self":

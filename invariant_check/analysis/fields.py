@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .facts import CallFact, last_name, ref, walk_local
-from .flow import Flow
+from .flow import ENTRY, Flow
 from .needs import Words
 from .project import ClassInfo, FunctionInfo, Module
 from .summaries import Summaries
@@ -443,6 +443,51 @@ def _flows_to(summaries: Summaries, fn: FunctionInfo, index: int, test, depth: i
     return False
 
 
+_FILLS: "weakref.WeakKeyDictionary[Summaries, dict]" = weakref.WeakKeyDictionary()
+
+
+def fills(summaries: Summaries, fn: FunctionInfo, index: int, depth: int | None = None) -> bool:
+    """Whether `fn` stores into its parameter `index` (`param[key] = value`, a dict of
+    per-layer metadata refilled), itself or in a function it passes the parameter to."""
+    depth = summaries.depth if depth is None else depth
+    table = _FILLS.setdefault(summaries, {})
+    ident = (str(fn.module.path), fn.qual, index, depth)
+    return summaries.project.tracker.memo(table, ident, lambda: _fills(summaries, fn, index, depth, set()))
+
+
+def _fills(summaries: Summaries, fn: FunctionInfo, index: int, depth: int, visiting: set) -> bool:
+    ident = (str(fn.module.path), fn.qual, index)
+    params = fn.facts.params
+    if ident in visiting or index >= len(params):
+        return False
+    visiting = visiting | {ident}
+    name = params[index]
+    names = {name} | {a for a, v in fn.facts.aliases.items() if v == name}
+    node = fn.node()
+    if node is not None:
+        for sub in walk_local(node):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(sub, (ast.AugAssign, ast.AnnAssign)) else []
+            for t in targets:
+                for piece in _store_targets(t):
+                    if isinstance(piece, ast.Subscript) and isinstance(piece.value, ast.Name) and piece.value.id in names:
+                        return True
+    if depth <= 0:
+        return False
+    for callee in summaries.callees(fn):
+        target, call = callee.function, callee.call
+        if target is None:
+            continue
+        tparams = target.facts.params
+        offset = 1 if (target.facts.cls is not None and call.recv is not None and tparams[:1] in (["self"], ["cls"])) else 0
+        for pos, arg in enumerate(call.args):
+            if arg in names and pos + offset < len(tparams) and _fills(summaries, target, pos + offset, depth - 1, visiting):
+                return True
+        for kw, arg in call.kwargs.items():
+            if arg in names and kw in tparams and _fills(summaries, target, tparams.index(kw), depth - 1, visiting):
+                return True
+    return False
+
+
 def resolve_call(view, call: ast.Call) -> tuple[str, FunctionInfo | None]:
     """(kind of the callee's symbol, the project function it runs, if any)."""
     spelled = ref(call.func)
@@ -532,3 +577,148 @@ def statement_of(node: ast.AST, parent: dict[int, ast.AST]) -> ast.stmt | None:
     while cur is not None and not isinstance(cur, ast.stmt):
         cur = parent.get(id(cur))
     return cur
+
+
+# -- is a field updated on every path? ---------------------------------------------------------------
+
+Resolver = Callable[[ast.Call], "FunctionInfo | None"]
+
+
+def resolver_for(summaries: Summaries, fn: FunctionInfo) -> Resolver:
+    """Resolves the calls of `fn` (another function than the one a view is about)."""
+
+    def resolve(call: ast.Call) -> FunctionInfo | None:
+        spelled = ref(call.func)
+        if spelled is None:
+            return None
+        return summaries.function_for(summaries.resolve(fn, spelled))
+
+    return resolve
+
+
+def covered(
+    flow: FieldFlow,
+    idx: int,
+    obj: str,
+    field: str,
+    aliases: dict[str, str],
+    resolve: Resolver,
+    summaries: Summaries,
+    forward_only: bool = False,
+) -> bool:
+    """Whether `obj.field` (or its backing store) is written on every path through the step
+    of event `idx` (the iteration of its innermost loop, else the function): before it on
+    every path into it, or after it on every path out of it. A test of the field's presence
+    (`obj.field is not None`) is taken as true: without the field nothing is stale."""
+    names = variants(field)
+    memo: dict[int, bool] = {}
+
+    def updates(n: int) -> bool:
+        got = memo.get(n)
+        if got is None:
+            got = memo[n] = updates_at(flow, n, obj, names, aliases, resolve, summaries, summaries.depth)
+        return got
+
+    step = step_loop(flow, idx)
+    heads = updating_loops(flow, idx, updates)
+
+    def stop(node):
+        if step is not None and (node.index == step.head or node.index not in step.members):
+            return "end"
+        if updates(node.index) or node.index in heads:
+            return "fix"
+        return None
+
+    known = flow.known_at(idx)
+    assume = presence(obj, names, aliases)
+    for forward in (True,) if forward_only else (True, False):
+        if "end" not in flow.search(idx, forward, stop, known, assume):
+            return True
+    return False
+
+
+def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases: dict[str, str],
+               resolve: Resolver, summaries: Summaries, depth: int) -> bool:
+    """Whether event `n` writes `obj.<one of names>`: a store, an in-place call, a new binding
+    of the name, or a call of a project function that writes it on every path."""
+    node = flow.nodes[n]
+    if node.kind in ("bind", "store") and node.name == obj:
+        return True  # the name now holds another object
+    for w in writes_at(flow, n, aliases):
+        if w.obj == obj and w.field in names and w.kind == "set":
+            return True
+    if node.kind != "call" or depth <= 0:
+        return False
+    call = node.node
+    fn = resolve(call)
+    if fn is None:
+        return False
+    offset = bound_offset(call.func, fn)
+    indices = parameter_index(fn, call, offset, lambda a: canonical(ref(a), aliases) == obj)
+    if offset and isinstance(call.func, ast.Attribute) and canonical(ref(call.func.value), aliases) == obj:
+        indices.append(0)
+    return any(must_write(summaries, fn, i, names, depth - 1) for i in indices)
+
+
+_MUST: "weakref.WeakKeyDictionary[Summaries, dict]" = weakref.WeakKeyDictionary()
+
+
+def must_write(summaries: Summaries, fn: FunctionInfo, index: int, names: frozenset[str], depth: int) -> bool:
+    """Whether `fn` writes one of `names` on its parameter `index` on every path from its
+    start to its end (through the functions it passes the parameter to, `depth` deep)."""
+    table = _MUST.setdefault(summaries, {})
+    ident = (str(fn.module.path), fn.qual, index, tuple(sorted(names)), depth)
+    return summaries.project.tracker.memo(table, ident, lambda: _must_write(summaries, fn, index, names, depth))
+
+
+def _must_write(summaries: Summaries, fn: FunctionInfo, index: int, names: frozenset[str], depth: int) -> bool:
+    params = fn.facts.params
+    node = fn.node()
+    if node is None or index >= len(params):
+        return False
+    obj = params[index]
+    flow = FieldFlow(node)
+    aliases = local_aliases(node)
+    resolve = resolver_for(summaries, fn)
+
+    def stop(n):
+        return "fix" if updates_at(flow, n.index, obj, names, aliases, resolve, summaries, depth) else None
+
+    paths = flow.search(ENTRY, True, stop, {}, presence(obj, names, aliases))
+    return "end" not in paths and "fix" in paths
+
+
+def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
+    """A `Flow.search` assumption: tests that the field is there (`obj.f is not None`,
+    `obj.f`, `hasattr(obj, "f")`) hold."""
+
+    def is_field(expr: ast.AST) -> bool:
+        return isinstance(expr, ast.Attribute) and expr.attr in names and canonical(ref(expr.value), aliases) == obj
+
+    def assume(atom) -> bool | None:
+        try:
+            expr = ast.parse(atom[0], mode="eval").body
+        except SyntaxError:
+            return None
+        if is_field(expr):
+            return True
+        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and is_field(expr.left):
+            right = expr.comparators[0]
+            if isinstance(right, ast.Constant) and right.value is None:
+                if isinstance(expr.ops[0], ast.IsNot):
+                    return True
+                if isinstance(expr.ops[0], ast.Is):
+                    return False
+        if (
+            isinstance(expr, ast.Call)
+            and isinstance(expr.func, ast.Name)
+            and expr.func.id == "hasattr"
+            and len(expr.args) == 2
+            and canonical(ref(expr.args[0]), aliases) == obj
+            and isinstance(expr.args[1], ast.Constant)
+            and expr.args[1].value in names
+        ):
+            return True
+        return None
+
+    return assume
