@@ -77,7 +77,9 @@ class StaleDerivedMetadata(Rule):
     `seq_lens_cpu` (`_seq_lens_cpu`), the upper bound `seq_lens_cpu_upper_bound`.
 
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
-    `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`), a copy
+    `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, or through one
+    local: `new = X.seq_lens + k; X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`,
+    `torch.clamp(X.seq_lens + k, max=m, out=X.seq_lens)`, a copy
     `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
     and a new object built from the advanced value with the old derived values copied in
     (`Cls(seq_lens=X.seq_lens + 1, max_seq_len=X.max_seq_len)`).
@@ -128,16 +130,17 @@ class StaleDerivedMetadata(Rule):
     write: assignment (`X.max_seq_len = ...`), in-place change (`X._seq_lens_cpu += 1`,
     `.copy_(...)`), invalidation (`X._seq_lens_cpu = None`), a keyword of the same
     `replace(...)` (not a plain copy of the old value), a rebinding of the name, or a call of a
-    project function that writes the field on the object (any module, through imports, up to
-    `helper-depth` calls deep). An update under `if X._seq_lens_cpu is not None:` (or
+    project function that writes the field on the object on every path through it (any
+    module, through imports, methods of the object's class, up to `helper-depth` calls deep). An update under `if X._seq_lens_cpu is not None:` (or
     `hasattr`, or a truth test of the field) covers the step: without the field there is
     nothing to keep in step. An update under any other condition covers only the paths where
     that condition holds, unless the advance sits under the same condition.
 
     When the advanced object is a parameter (or a copy the function returns), the step goes
     on in the callers: the finding is dropped when every call site in the project updates the
-    field on the object it passed (or got back) around the call. A helper with no callers in
-    the project is judged alone.
+    field on the object it passed (or got back) around the call; a parameter of unknown class
+    has the fields of what the callers pass. A helper with no callers in the project is
+    judged alone.
 
     A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
     bounds: not a finding.
@@ -356,6 +359,41 @@ def move(md: CommonAttentionMetadata, block_table, block_size):
 """,
             files={"metadata.py": _METADATA},
         ),
+        # A helper returns an advanced copy; its only caller completes it before use.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def extend(cad: CommonAttentionMetadata, n):
+    return cad.replace(seq_lens=cad.seq_lens + n, _seq_lens_cpu=None)
+""",
+            files={
+                "metadata.py": _METADATA,
+                "drafter.py": """
+from .example import extend
+
+def draft(self, cad, n):
+    new_cad = extend(cad, n)
+    new_cad.max_seq_len = cad.max_seq_len + n
+    new_cad.seq_lens_cpu_upper_bound = None
+    return self.run_model(new_cad)
+""",
+            },
+        ),
+        # Out-of-place into the same tensor, the maximum recomputed from the new lengths.
+        Valid(
+            """
+import torch
+from .metadata import CommonAttentionMetadata
+
+def step(md: CommonAttentionMetadata, cap):
+    torch.clamp(md.seq_lens + 1, max=cap, out=md.seq_lens)
+    md.max_seq_len = int(md.seq_lens.max())
+    md._seq_lens_cpu = None
+    md.seq_lens_cpu_upper_bound = None
+""",
+            files={"metadata.py": _METADATA},
+        ),
     ]
     INVALID = [
         # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
@@ -550,6 +588,30 @@ def move(md: CommonAttentionMetadata):
             line=4,
             message_contains="`slot_mapping`",
             files={"metadata.py": _METADATA},
+        ),
+        # The helper of another module updates the maximum only under a flag.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+from .sync import advance_bounds
+
+def step(self, md: CommonAttentionMetadata):
+    new_lens = md.seq_lens + 1
+    md.seq_lens = new_lens
+    advance_bounds(self, md)
+""",
+            line=6,
+            message_contains="`max_seq_len`",
+            files={
+                "metadata.py": _METADATA,
+                "sync.py": """
+def advance_bounds(self, md):
+    if self.uses_mrope:
+        md.max_seq_len += 1
+    md._seq_lens_cpu = None
+    md.seq_lens_cpu_upper_bound = None
+""",
+            },
         ),
     ]
 

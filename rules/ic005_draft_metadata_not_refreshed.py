@@ -88,7 +88,11 @@ class DraftMetadataNotRefreshed(Rule):
     - An advance is a call of an `input-advancing-calls` function, a call of a project
       function that makes one (any module, through imports, `self`, `functools.partial`,
       up to `helper-depth` calls deep), or an increment of a field or local named in
-      `advanced-fields` (`common_attn_metadata.seq_lens += 1`, `positions += 1`).
+      `advanced-fields` (`common_attn_metadata.seq_lens += 1`, `positions += 1`, also by a
+      helper). A project function with an advancing name counts only if it, or a function it
+      calls, touches an advanced field (`input_buffers.positions`, a `positions` parameter):
+      a multi-module MTP's `update_draft_inputs`, which shifts token ids between modules at
+      the same positions, advances nothing.
     - A forward that receives the metadata is a call named in `forward-calls` with the
       metadata among its arguments (`self.run_model(n, attn_metadata)`,
       `set_forward_context(per_layer_attn_metadata, ...)`), or a call of a project function
@@ -97,9 +101,10 @@ class DraftMetadataNotRefreshed(Rule):
     - A refresh is a new binding of the name (`attn_metadata = build(...)`), a store into it
       (`per_layer_attn_metadata[layer] = md`), `update`/`setdefault` on it, a call named in
       `refresh-calls` that receives it (`builder.update_draft_decode_metadata(attn_metadata)`),
-      or a call of a project function that passes it to one
-      (`self._update_draft_decode_metadata(attn_metadata, num_reqs)`). Entering an inner loop
-      that refreshes it (over the attention groups) counts as a refresh.
+      a call of a project function that passes it to one or stores into it
+      (`self._update_draft_decode_metadata(attn_metadata, num_reqs)`), or a method of the
+      metadata's own class that updates it. Entering an inner loop that refreshes it (over the
+      attention groups) counts as a refresh; so does an advance that also refreshes it.
 
     A helper that both runs the forward and advances the inputs (`_generate_draft`) is taken
     to run them in that order: the forward of one step, then the inputs of the next.
@@ -110,6 +115,15 @@ class DraftMetadataNotRefreshed(Rule):
     step == 1):`, `if builder.supports_draft_decode_metadata_update:`) is taken to run
     whenever the inputs moved: such conditions say when the backend needs it, which the
     source does not show.
+
+    ## On vLLM's release trees
+    Reported: the model runner v2 draft loop in 0.18.0 (`eagle/speculator.py:148`), 0.19.0
+    (`:203`) and 0.20.0 (`:276`), and the same loop in the experimental v2 runner of 0.13.0
+    (`vllm/v1/worker/gpu/spec_decode/eagle.py:144`, metadata built once in `propose()`).
+    Not reported: the v1 proposers (they rebuild every group's metadata each step), the v2
+    speculators of 0.24.0 to 0.33.0 (rebuild at the top of each step, or
+    `_update_draft_decode_metadata`), the multi-module MTP speculator of 0.33.0 (one module
+    per step at the same positions).
 
     ## What it leaves to the runtime guard
     Whether a refresh really regenerates every position-dependent field, helpers the linter
@@ -292,6 +306,41 @@ def generate_draft(self, num_tokens):
 """,
             files={"inputs.py": _INPUTS},
         ),
+        # A metadata object refreshed by a method of its own class; per-step metadata
+        # handed out by the loop itself.
+        Valid(
+            """
+from .inputs import update_draft_inputs
+
+class DraftMetadata:
+    def advance(self, step):
+        self.step = step
+        self.seq_lens = self.seq_lens + 1
+
+def draft(self, num_tokens, md: DraftMetadata, per_step_mds):
+    for step in range(1, self.num_steps):
+        self.run_model(num_tokens, md)
+        update_draft_inputs(self.sample(), self.input_buffers)
+        md.advance(step)
+    for step_md in per_step_mds:
+        self.run_model(num_tokens, step_md)
+        update_draft_inputs(self.sample(), self.input_buffers)
+""",
+            files={"inputs.py": _INPUTS},
+        ),
+        # The forward does not receive the metadata: it is not the loop's to refresh.
+        Valid(
+            """
+from .inputs import update_eagle_inputs
+
+def draft(self, num_tokens, attn_metadata):
+    self.prepare(attn_metadata)
+    for step in range(self.num_steps):
+        hidden = self.model(self.input_ids, self.positions)
+        update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+""",
+            files={"inputs.py": _INPUTS},
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
@@ -419,6 +468,22 @@ def multi_step(self, num_tokens, attn_metadata, prefill_attn_metadata):
             group.update_draft_decode_metadata(prefill_attn_metadata)
 """,
             line=4,
+            files={"inputs.py": _INPUTS},
+        ),
+        # Metadata kept on the instance and passed by keyword.
+        Invalid(
+            """
+from .inputs import update_eagle_inputs
+
+class Drafter:
+    def draft(self, num_tokens):
+        self.attn_metadata = self.build_md(num_tokens)
+        for step in range(self.num_steps):
+            hidden = self._run_model(num_tokens, attn_metadata=self.attn_metadata)
+            update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+""",
+            line=6,
+            message_contains="`self.attn_metadata`",
             files={"inputs.py": _INPUTS},
         ),
     ]
@@ -573,6 +638,8 @@ class _Judge:
         _, fn = self.target(call)
         if fn is None:
             return False
+        if recv == md and bound_offset(call.func, fn) and self.summaries.fields_written(fn, 0):
+            return True  # a method of the metadata's class that updates it in place
         refreshes = self.rule.refreshes | _DICT_REFRESH
         test = lambda c: c.name in refreshes
         key = f"refresh:{sorted(refreshes)}"
@@ -595,8 +662,6 @@ class _Judge:
         if not forwards:
             return
         fwd_set = set(forwards)
-        advances = [n for n in sorted(members) if n not in fwd_set and self.is_advance(n)]
-        advances += [n for n in forwards if self.is_advance(n)]  # forward, then next inputs
         refresh_memo: dict[int, bool] = {}
 
         def refresh(n: int) -> bool:
@@ -604,6 +669,11 @@ class _Judge:
             if got is None:
                 got = refresh_memo[n] = self.is_refresh(n, md)
             return got
+
+        # a forward that also advances runs the step, then prepares the next one's inputs; a
+        # refresh that also advances moves the metadata with its inputs
+        advances = [n for n in sorted(members) if n not in fwd_set and self.is_advance(n) and not refresh(n)]
+        advances += [n for n in forwards if self.is_advance(n)]
 
         guarded = self._guarded_branches(refresh)
         for a in advances:

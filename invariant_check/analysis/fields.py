@@ -41,14 +41,23 @@ def variants(field: str) -> frozenset[str]:
     return frozenset({field, "_" + field})
 
 
-def local_aliases(node: ast.AST) -> dict[str, str]:
+class Locals(dict):
+    """`local_aliases`' answer: name -> dotted value; `values` holds every name bound exactly
+    once by a plain assignment, with its expression (`new = cad.seq_lens + 1`)."""
+
+    values: dict[str, ast.AST]
+
+
+def local_aliases(node: ast.AST) -> Locals:
     """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`."""
     seen: dict[str, set[str | None]] = {}
+    exprs: dict[str, list[ast.AST | None]] = {}
     for sub in walk_local(node):
         if isinstance(sub, ast.Assign):
             for t in sub.targets:
                 for name in _names(t):
                     seen.setdefault(name, set()).add(ref(sub.value) if isinstance(t, ast.Name) else None)
+                    exprs.setdefault(name, []).append(sub.value if isinstance(t, ast.Name) and len(sub.targets) == 1 else None)
         elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name):
             value = ref(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value is not None else None
             seen.setdefault(sub.target.id, set()).add(value)
@@ -62,12 +71,17 @@ def local_aliases(node: ast.AST) -> dict[str, str]:
                         seen.setdefault(name, set()).add(None)
         elif isinstance(sub, ast.NamedExpr):
             seen.setdefault(sub.target.id, set()).add(ref(sub.value))
-    out = {}
+    out = Locals()
     for name, values in seen.items():
         if len(values) == 1:
             (value,) = values
             if value is not None and value != name and not value.startswith(name + "."):
                 out[name] = value
+    out.values = {
+        name: found[0]
+        for name, found in exprs.items()
+        if len(found) == 1 and found[0] is not None and len(seen.get(name, ())) == 1
+    }
     return out
 
 
@@ -131,6 +145,11 @@ def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int |
     (`min(old + 1, limit)`, `torch.clamp(old + k, max=...)`); None otherwise."""
     if value is None:
         return None
+    if isinstance(value, ast.Name):
+        # one step back through a local: `new = cad.seq_lens + 1` then `cad.seq_lens = new`
+        value = getattr(aliases, "values", {}).get(value.id)
+        if value is None or isinstance(value, ast.Name):
+            return None
     found: set[int] = set()
     for node in ast.walk(value):
         if not isinstance(node, ast.BinOp):
@@ -245,6 +264,8 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
                 if method in _INPLACE_SIGN and call.args:
                     base = _INPLACE_SIGN[method]
                     sign = None if _zero(call.args[0]) else (-base if _negative(call.args[0]) else base)
+                elif method == "copy_" and call.args:
+                    sign = direction(call.args[0], f"{obj}.{holder.attr}", aliases)
                 out.append(FieldWrite(obj, holder.attr, "set", sign, call))
     if not call.keywords:
         return out
