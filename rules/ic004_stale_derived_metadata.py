@@ -9,6 +9,7 @@ from invariant_check.analysis.facts import last_name, ref, walk_local
 from invariant_check.analysis.fields import (
     FieldFlow,
     FieldWrite,
+    Moved,
     bound_offset,
     call_writes,
     callers,
@@ -25,7 +26,7 @@ from invariant_check.analysis.fields import (
     store_writes,
     variants,
 )
-from invariant_check.analysis.needs import All, Any as AnyOf, Need, Pattern, Words
+from invariant_check.analysis.needs import Need
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.summaries import Summaries
 from invariant_check.analysis.views import FunctionView
@@ -670,13 +671,9 @@ def advance_bounds(self, md):
 
 
 def increment_need(derived: dict[str, list[str]]) -> Need:
-    """An attribute access of an advanced field, and something that moves it: `+`/`-` (an
-    augmented assignment or arithmetic) or `add_`/`sub_`. Every advance the rule recognises
-    is spelled with both. A comment between the dot and the name runs to its newline so the
-    pattern cannot split it (splitting it backtracks exponentially on comment blocks)."""
-    fields = [Pattern(rf"\.(?:\s|\\\n|#[^\n]*\n)*{re.escape(f)}(?![\w])", f, f"`.{f}`") for f in derived]
-    moves = AnyOf(Pattern(r"\+", "+", "`+`"), Pattern(r"-", "-", "`-`"), Words("add_", "sub_", "add", "sub"))
-    return All(AnyOf(*fields), moves)
+    """An advanced field moved by arithmetic (see `fields.Moved`): every advance the rule
+    recognises is spelled so."""
+    return Moved(derived)
 
 
 # -- advances ------------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from invariant_check.analysis.fields import (
     canonical,
     fills,
     flows_to,
-    local_aliases,
+    Passed,
     parameter_index,
     resolve_call,
     updating_loops,
@@ -490,7 +490,7 @@ class Drafter:
 
     @classmethod
     def needs(cls, options: dict[str, Any]) -> Need:
-        return All(_metadata_names(options), AnyOf(FOR_STATEMENT, WHILE_STATEMENT))
+        return All(Passed(_metadata_names(options)), AnyOf(FOR_STATEMENT, WHILE_STATEMENT))
 
     def __init__(self, options: dict[str, Any]) -> None:
         super().__init__(options)
@@ -503,16 +503,14 @@ class Drafter:
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         func = view.node
-        aliases = local_aliases(func)
+        calls, aliases = _scan(func)
         # cheap first: a loop that passes a metadata name to some call
         names: set[str] = set()
-        for loop in _loops(func):
-            for sub in walk_local(loop):
-                if isinstance(sub, ast.Call):
-                    for arg in _passed(sub):
-                        spelled = canonical(ref(arg), aliases)
-                        if spelled and self.metadata.matches(spelled.rsplit(".", 1)[-1]):
-                            names.add(spelled)
+        for call in calls:
+            for arg in _passed(call):
+                spelled = canonical(ref(arg), aliases)
+                if spelled and self.metadata.matches(spelled.rsplit(".", 1)[-1]):
+                    names.add(spelled)
         if not names:
             return
         judge = _Judge(self, view, func, aliases)
@@ -530,10 +528,80 @@ def _metadata_names(options: dict[str, Any]) -> Names:
     return Names(options["metadata-names"], case_sensitive=False)
 
 
-def _loops(func: ast.AST) -> Iterator[ast.AST]:
-    for sub in walk_local(func):
-        if isinstance(sub, (ast.For, ast.AsyncFor, ast.While)):
-            yield sub
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+
+
+def _scan(func: ast.AST) -> tuple[list[ast.Call], dict[str, str]]:
+    """The calls inside the function's loops (its own scope), and its local aliases (names
+    bound once, by a plain assignment, to a dotted value; not parameters). Expressions are
+    walked inside loops only: most functions that pass metadata around have none."""
+    calls: list[ast.Call] = []
+    bound: dict[str, set[str | None]] = {}
+    args = getattr(func, "args", None)
+    params: set[str] = set()
+    if args is not None:
+        params = {a.arg for a in (args.posonlyargs + args.args + args.kwonlyargs)}
+        params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
+
+    def bind(target: ast.AST, value: str | None) -> None:
+        for node in ast.walk(target):
+            if isinstance(node, ast.Name):
+                bound.setdefault(node.id, set()).add(value if node is target else None)
+
+    def loop_calls(loop: ast.AST) -> None:
+        stack = list(ast.iter_child_nodes(loop))
+        while stack:
+            node = stack.pop()
+            if isinstance(node, _SCOPES):
+                continue
+            if isinstance(node, ast.Call):
+                calls.append(node)
+            elif isinstance(node, ast.NamedExpr):
+                bind(node.target, None)
+            stack.extend(ast.iter_child_nodes(node))
+
+    def block(body: list, in_loop: bool) -> None:
+        for st in body:
+            if isinstance(st, _SCOPES):
+                bound.setdefault(st.name, set()).add(None)
+                continue
+            if isinstance(st, ast.Assign):
+                for t in st.targets:
+                    bind(t, ref(st.value) if len(st.targets) == 1 else None)
+            elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
+                bind(st.target, ref(st.value) if isinstance(st, ast.AnnAssign) and st.value is not None else None)
+            elif isinstance(st, (ast.For, ast.AsyncFor)):
+                bind(st.target, None)
+            elif isinstance(st, (ast.With, ast.AsyncWith)):
+                for item in st.items:
+                    if item.optional_vars is not None:
+                        bind(item.optional_vars, None)
+            elif isinstance(st, (ast.Import, ast.ImportFrom)):
+                for alias in st.names:
+                    bound.setdefault((alias.asname or alias.name).split(".")[0], set()).add(None)
+            is_loop = isinstance(st, _LOOPS)
+            if is_loop and not in_loop:
+                loop_calls(st)
+            for name in ("body", "orelse", "finalbody"):
+                inner = getattr(st, name, None)
+                if isinstance(inner, list):
+                    block(inner, in_loop or is_loop)
+            for handler in getattr(st, "handlers", None) or []:
+                if handler.name:
+                    bound.setdefault(handler.name, set()).add(None)
+                block(handler.body, in_loop or is_loop)
+            for case in getattr(st, "cases", None) or []:
+                block(case.body, in_loop or is_loop)
+
+    block(getattr(func, "body", []), False)
+    aliases = {}
+    for name, values in bound.items():
+        if len(values) == 1 and name not in params:
+            (value,) = values
+            if value is not None and value != name and not value.startswith(name + "."):
+                aliases[name] = value
+    return calls, aliases
 
 
 def _passed(call: ast.Call) -> Iterator[ast.AST]:
@@ -662,6 +730,10 @@ class _Judge:
         if not forwards:
             return
         fwd_set = set(forwards)
+        # advances matter only in the loops that run such a forward (their outermost loop)
+        members = set()
+        for n in forwards:
+            members |= flow.loops_of(n)[0].members
         refresh_memo: dict[int, bool] = {}
 
         def refresh(n: int) -> bool:

@@ -20,13 +20,15 @@ one function's `ast` plus the project model; nothing is cached beyond the summar
 from __future__ import annotations
 
 import ast
+import bisect
+import re
 import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .facts import CallFact, last_name, ref, walk_local
 from .flow import ENTRY, Flow
-from .needs import Words
+from .needs import Need, Names, Words
 from .project import ClassInfo, FunctionInfo, Module
 from .summaries import Summaries
 
@@ -147,7 +149,7 @@ def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int |
         return None
     if isinstance(value, ast.Name):
         # one step back through a local: `new = cad.seq_lens + 1` then `cad.seq_lens = new`
-        value = getattr(aliases, "values", {}).get(value.id)
+        value = aliases.values.get(value.id) if isinstance(aliases, Locals) else None
         if value is None or isinstance(value, ast.Name):
             return None
     found: set[int] = set()
@@ -743,3 +745,145 @@ def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
         return None
 
     return assume
+
+
+# -- what a definition must contain (prefilter atoms) -----------------------------------------------
+
+
+class _LastText:
+    """An answer per text, kept for the last few texts (a file, then each of its chunks)."""
+
+    def __init__(self, compute) -> None:
+        self.compute = compute
+        self._recent: list = []
+
+    def __call__(self, text: str):
+        for known, value in self._recent:
+            if known is text:
+                return value
+        value = self.compute(text)
+        self._recent.insert(0, (text, value))
+        del self._recent[3:]
+        return value
+
+
+_INPLACE_MOVES = ("add_", "sub_", "copy_")
+
+
+class Moved(Need):
+    """An attribute named in `fields` that arithmetic may move: followed (past a subscript
+    and closing brackets) by `+`, by `-` and a negative amount, or by `.add_(`, `.sub_(`,
+    `.copy_(`; or preceded (past a dotted receiver and opening brackets) by `+` or by
+    `add(`/`sub(`. Every advance `writes_at`/`call_writes` recognise (with the amount read
+    from the source) is spelled so, on one of its occurrences of the field."""
+
+    cost = 6
+
+    def __init__(self, fields) -> None:
+        self.fields = tuple(fields)
+        body = "|".join(re.escape(f) for f in sorted(self.fields, key=len, reverse=True))
+        self._attr = re.compile(rf"\.(?:\s|\\\n|#[^\n]*\n)*(?:{body})(?![\w])") if body else re.compile(r"(?!)")
+        self._before = re.compile(r"(?:\+|\b(?:add|sub)\s*\()[\s\w.\\(]*\Z")
+        self._bytes = tuple(f.encode() for f in self.fields)
+        self._index = _LastText(self._all)
+
+    def quick(self, data: bytes, lower: bytes) -> bool:
+        if not any(b in data for b in self._bytes):
+            return False
+        if not data.isascii():
+            return True  # offsets in bytes and in text differ: the literal answer is safe
+        return bool(self._all(data.decode("ascii")))
+
+    def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
+        end = len(text) if end is None else end
+        at = self._index(text)
+        i = bisect.bisect_left(at, start)
+        return i < len(at) and at[i] < end
+
+    def _all(self, text: str) -> list[int]:
+        return [m.start() for m in self._attr.finditer(text) if self._moves(text, m.start(), m.end())]
+
+    def _moves(self, text: str, a: int, b: int) -> bool:
+        if self._before.search(text, max(0, a - 300), a):
+            return True
+        pos = _skip_space(text, b)
+        if text.startswith("[", pos):
+            pos = _skip_brackets(text, pos)
+            if pos < 0:
+                return True  # unbalanced within reach: say yes
+            pos = _skip_space(text, pos)
+        while text.startswith(")", pos):
+            pos = _skip_space(text, pos + 1)
+        if text.startswith("+", pos):
+            return True
+        if text.startswith("-", pos):
+            nxt = _skip_space(text, pos + 1)
+            if text.startswith("=", nxt):
+                nxt = _skip_space(text, nxt + 1)
+            while text.startswith("(", nxt):
+                nxt = _skip_space(text, nxt + 1)
+            return text.startswith("-", nxt)
+        if text.startswith(".", pos):
+            nxt = _skip_space(text, pos + 1)
+            return any(text.startswith(m, nxt) for m in _INPLACE_MOVES)
+        return False
+
+    def describe(self) -> str:
+        return "an attribute " + " | ".join(f"`.{f}`" for f in self.fields) + " moved by `+`/`-`/`add_`"
+
+
+class Passed(Need):
+    """A name matching `names` (the last part of a dotted ref) where an argument starts:
+    after `(`, `,`, `=` or `*` (past a dotted receiver, blanks, comments)."""
+
+    cost = 6
+
+    def __init__(self, names: Names) -> None:
+        self.names = names
+        gap = r"(?:\s|\\\n|#[^\n]*\n)*"
+        self._before = re.compile(rf"[(,=*]{gap}(?:\w+(?:\s|\\\n)*\.(?:\s|\\\n)*)*\Z")
+    def quick(self, data: bytes, lower: bytes) -> bool:
+        if not self.names.quick(data, lower):
+            return False
+        if not data.isascii():
+            return True
+        return self.holds(data.decode("ascii"))
+
+    def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
+        for a, _b in self.names.occurrences(text, start, end):
+            if self._before.search(text, max(0, a - 300), a):
+                return True
+        return False
+
+    def describe(self) -> str:
+        return f"{self.names.describe()} passed as an argument"
+
+
+def _skip_space(text: str, pos: int) -> int:
+    n = len(text)
+    while pos < n:
+        c = text[pos]
+        if c in " \t\r\n\f\\":
+            pos += 1
+        elif c == "#":
+            nl = text.find("\n", pos)
+            pos = n if nl < 0 else nl + 1
+        else:
+            break
+    return pos
+
+
+def _skip_brackets(text: str, pos: int, reach: int = 2000) -> int:
+    """Past the bracket group opening at `pos`; -1 if it does not close within `reach`."""
+    depth = 0
+    stop = min(len(text), pos + reach)
+    while pos < stop:
+        c = text[pos]
+        if c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+            if depth == 0:
+                return pos + 1
+        pos += 1
+    return -1
