@@ -120,9 +120,10 @@ class StaleDerivedMetadata(Rule):
     ## What it proves
     A derived field counts only if the object is *known to have it*: its class (resolved
     through annotations, `self.x = Cls(...)`, `x = Cls(...)`, copies of a known object)
-    declares it, as a dataclass field, a member, or an attribute its methods assign on
-    `self`; or the function itself reads or writes it on the object. A private backing field
-    counts as its property (`_seq_lens_cpu` for `seq_lens_cpu`).
+    declares it as data (a dataclass field, a class attribute, an attribute its methods
+    assign on `self`); or the function itself reads or writes it on the object. A private
+    backing field counts as its property (`_seq_lens_cpu` for `seq_lens_cpu`); a property
+    computed on each read, with no backing field, cannot be stale and does not count.
 
     The advanced field's derived fields must be updated in the same *step*: the iteration of
     the innermost loop around the advance, or the function when there is none. Every path
@@ -180,7 +181,8 @@ class StaleDerivedMetadata(Rule):
     ## Options
     - `derived-fields` (table of lists): each advanced field and the fields derived from it.
       Default `seq_lens = ["max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound"]`,
-      `positions = ["slot_mapping"]`. Not derived by default: `num_computed_tokens_cpu`
+      `positions = ["slot_mapping"]`; a table set in the configuration replaces this one
+      whole. Not derived by default: `num_computed_tokens_cpu`
       (a draft step that extends queries keeps it), `dcp_local_seq_lens` (add it where
       decode context parallelism runs draft steps).
     - `helper-depth` (default 4): how many calls deep updates in helpers are looked for.
@@ -394,6 +396,23 @@ def step(md: CommonAttentionMetadata, cap):
     md.seq_lens_cpu_upper_bound = None
 """,
             files={"metadata.py": _METADATA},
+        ),
+        # The maximum is a property computed from the lengths on each read: it cannot be stale.
+        Valid(
+            """
+from dataclasses import dataclass
+
+@dataclass
+class DecodeMetadata:
+    seq_lens: "torch.Tensor"
+
+    @property
+    def max_seq_len(self) -> int:
+        return int(self.seq_lens.max())
+
+def step(md: DecodeMetadata):
+    md.seq_lens += 1
+"""
         ),
     ]
     INVALID = [

@@ -330,11 +330,17 @@ def _origin(value: ast.AST, field: str, aliases: dict[str, str]) -> str | None:
 
 
 def class_fields(info: ClassInfo) -> set[str]:
-    """Declared fields and members of a class and its resolved bases, and the attributes its
-    methods assign on `self`."""
-    out = set(info.fields())
+    """The data fields of a class and its resolved bases: dataclass fields, class attributes,
+    and the attributes its methods assign on `self`. Methods and properties are not data: a
+    property computed on each read cannot be stale (one that caches into `_name` shows up
+    through `_name`)."""
+    out: set[str] = set()
     for cls in info.classes():
-        for name in cls.own_members():
+        members = cls.own_members()
+        methods = set(cls.facts.methods)
+        out.update(cls.facts.fields)
+        out.update(name for name in members if name not in methods)
+        for name in methods:
             method = cls.module.function(f"{cls.qual}.{name}")
             if method is None or not method.facts.params:
                 continue
