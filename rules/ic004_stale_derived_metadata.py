@@ -159,17 +159,21 @@ class StaleDerivedMetadata(Rule):
       backend or kernel that trusts the field breaks. Fix: pass
       `max_seq_len=common_attn_metadata.max_seq_len + level_num_drafts` (and `_seq_lens_cpu=None`).
     - **`extend_all_queries_by_N`** (`vllm/v1/spec_decode/utils.py`, parallel drafting)
-      advances `seq_lens` and `max_seq_len` by `N` but copies `seq_lens_cpu_upper_bound`
-      (0.20.0 and later) and `_seq_lens_cpu` (0.18.0 to 0.25.0) unchanged. Reported, as a
-      real instance: the field is documented as an upper bound of `seq_lens` (exact for
-      prefill rows), and after the copy it is `N` below it on every row. The draft batch's
-      backends read it where it must be exact or an upper bound: `split_decodes_prefills_and_extends`
-      compares it with query lengths to find prefills, FlashAttention's DCP path computes
+      advances `seq_lens` and `max_seq_len` by `N` but copies `_seq_lens_cpu` (0.18.0 to
+      0.25.0) and `seq_lens_cpu_upper_bound` (0.20.0 and later) unchanged. Reported, as a
+      real instance: both are read as the lengths, or an upper bound of them, by the draft
+      batch's backends, and after the copy they are `N` below `seq_lens` on every row. The v1
+      runner sets `_seq_lens_cpu` (0.18.0 `gpu_model_runner.py:1965`), which
+      `split_decodes_prefills_and_extends` compares with the query lengths to find prefills
+      (a prefill row of the extended batch is then taken for an extend) and FlashInfer plans
+      with. `seq_lens_cpu_upper_bound` is documented as an upper bound of `seq_lens`, exact for
+      prefill rows: the same split reads it from 0.20.0 on, FlashAttention's DCP path computes
       context lengths as `seq_lens_cpu_upper_bound - query_lens` (negative for prefill rows
-      after the extension), sparse-MLA indexers chunk and size prefill buffers from it. vLLM's
-      own draft loop advances the same field with `seq_lens` (0.33.0,
-      `_update_positions_dependent_metadata`). Fix: `seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N`
-      (when not None) in the same `replace(...)`.
+      after the extension, 0.33.0), sparse-MLA indexers chunk and size prefill buffers from it.
+      vLLM's own draft loop advances that field with `seq_lens` (0.33.0,
+      `_update_positions_dependent_metadata`). Fix, in the same `replace(...)`:
+      `seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N` (when not None) and
+      `_seq_lens_cpu=None`.
 
     ## What it leaves to the runtime guard
     Advances the source does not spell (a Triton kernel that writes `seq_lens` in place, as
