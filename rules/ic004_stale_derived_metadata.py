@@ -131,12 +131,13 @@ class StaleDerivedMetadata(Rule):
     advance on every path into it, or after it on every path out of it. An update is any
     write: assignment (`X.max_seq_len = ...`), in-place change (`X._seq_lens_cpu += 1`,
     `.copy_(...)`), invalidation (`X._seq_lens_cpu = None`), a keyword of the same
-    `replace(...)` (not a plain copy of the old value), a rebinding of the name, or a call of a
-    project function that writes the field on the object on every path through it (any
-    module, through imports, methods of the object's class, up to `helper-depth` calls deep). An update under `if X._seq_lens_cpu is not None:` (or
-    `hasattr`, or a truth test of the field) covers the step: without the field there is
-    nothing to keep in step. An update under any other condition covers only the paths where
-    that condition holds, unless the advance sits under the same condition.
+    `replace(...)` (not a plain copy of the old value), a rebinding of the name, or a call of
+    a project function that writes the field on the object on every path through it (any
+    module, through imports, methods of the object's class, up to `helper-depth` calls
+    deep). An update under `if X._seq_lens_cpu is not None:` (or `hasattr`, or a truth test
+    of the field) covers the step: without the field there is nothing to keep in step. An
+    update under any other condition covers only the paths where that condition holds,
+    unless the advance sits under the same condition.
 
     When the advanced object is a parameter (or a copy the function returns), the step goes
     on in the callers: the finding is dropped when every call site in the project updates the

@@ -51,11 +51,11 @@ class DraftMetadataNotRefreshed(Rule):
     builders may keep position-dependent state (block-table slices, split plans, sparse
     top-k plans). Reused after the inputs moved, the next step attends with the previous
     step's view of the batch: wrong keys, or an invalid memory access. vLLM's model runner v2
-    shipped this from its first release: `generate_draft` passed one `attn_metadata` to
+    shipped this from its start: `generate_draft` passed one `attn_metadata` to
     `self.run_model(...)` in `for step in range(1, self.num_speculative_steps)` while
-    `update_eagle_inputs(...)` and `compute_slot_mappings(...)` advanced the inputs (0.18.0
-    to 0.20.0); DeepSeek V4 with MTP > 2 crashed. Fixed in 0.21.0 (PR #41162) by building the
-    metadata inside the loop.
+    `update_eagle_inputs(...)` and `compute_slot_mappings(...)` advanced the inputs (the
+    experimental runner of 0.13.0, then 0.18.0 to 0.20.0); DeepSeek V4 with MTP > 2 crashed.
+    Fixed in 0.21.0 (PR #41162) by building the metadata inside the loop.
 
     ## Example
     ```python
