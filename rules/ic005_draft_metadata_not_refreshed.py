@@ -701,8 +701,13 @@ class _Judge:
         recv = canonical(ref(call.func.value), self.aliases) if isinstance(call.func, ast.Attribute) else None
         if recv == md and name in _DICT_REFRESH | self.rule.refreshes:
             return True
-        if name in self.rule.refreshes and self._receives(call, md):
+        receives = self._receives(call, md)
+        if name in self.rule.refreshes and receives:
             return True
+        head, _, attr = md.partition(".")
+        own_method = head == "self" and attr and "." not in attr and recv == "self"
+        if not (receives or recv == md or own_method):
+            return False  # a call that is not given the metadata cannot refresh it
         _, fn = self.target(call)
         if fn is None:
             return False
@@ -715,8 +720,7 @@ class _Judge:
             if flows_to(self.summaries, fn, i, test, key) or fills(self.summaries, fn, i):
                 return True
         # `self.md` written by a method of the same instance
-        head, _, attr = md.partition(".")
-        if head == "self" and attr and "." not in attr and recv == "self":
+        if own_method:
             return any(a == attr for a, _op, _d in self.summaries.fields_written(fn, 0))
         return False
 
@@ -742,12 +746,30 @@ class _Judge:
                 got = refresh_memo[n] = self.is_refresh(n, md)
             return got
 
+        guarded = self._guarded_branches(refresh)
+        # only events from which a forward is reached without a refresh can matter: found
+        # backwards from each forward, before anything is resolved to ask if it advances
+        reach: set[int] = set()
+        for f in forwards:
+            outer_f = flow.loops_of(f)[0]
+            heads_f = updating_loops(flow, f, refresh)
+
+            def back(node, outer=outer_f, heads=heads_f):
+                i = node.index
+                if i != outer.head and i not in outer.members:
+                    return "exit"
+                if refresh(i) or i in heads:
+                    return "refresh"
+                if node.kind == "cond" and i in guarded:
+                    return "assumed"
+                reach.add(i)
+                return "fwd" if i in fwd_set else None
+
+            flow.search(f, False, back)
         # a forward that also advances runs the step, then prepares the next one's inputs; a
         # refresh that also advances moves the metadata with its inputs
-        advances = [n for n in sorted(members) if n not in fwd_set and self.is_advance(n) and not refresh(n)]
+        advances = [n for n in sorted(members & reach) if n not in fwd_set and self.is_advance(n) and not refresh(n)]
         advances += [n for n in forwards if self.is_advance(n)]
-
-        guarded = self._guarded_branches(refresh)
         for a in advances:
             loops = flow.loops_of(a)
             outer = loops[0]

@@ -334,6 +334,10 @@ def class_fields(info: ClassInfo) -> set[str]:
     and the attributes its methods assign on `self`. Methods and properties are not data: a
     property computed on each read cannot be stale (one that caches into `_name` shows up
     through `_name`)."""
+    return info.project.tracker.memo(info._memo, "data-fields", lambda: _class_fields(info))
+
+
+def _class_fields(info: ClassInfo) -> set[str]:
     out: set[str] = set()
     for cls in info.classes():
         members = cls.own_members()
@@ -679,6 +683,12 @@ def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases
     if node.kind != "call" or depth <= 0:
         return False
     call = node.node
+    receiver = canonical(ref(call.func.value), aliases) if isinstance(call.func, ast.Attribute) else None
+    passed = receiver == obj or any(
+        canonical(ref(a.value if isinstance(a, ast.Starred) else a), aliases) == obj for a in call.args
+    ) or any(canonical(ref(k.value), aliases) == obj for k in call.keywords)
+    if not passed:
+        return False  # a call that is not given the object cannot write its fields
     fn = resolve(call)
     if fn is None:
         return False
