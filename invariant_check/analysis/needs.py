@@ -424,7 +424,8 @@ class LoopLeftover(Around):
 
     def __init__(self, names: Names) -> None:
         super().__init__(names, after=_BIND_AFTER, before=_BIND_BEFORE, before_words=_BIND_WORDS)
-        self._loops = (Statement("for"), Statement("while"))
+        # the shared instances: their per-text indexes are computed once per file
+        self._loops = (FOR_STATEMENT, WHILE_STATEMENT)
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         end = len(text) if end is None else end
