@@ -155,7 +155,7 @@ def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
     found = discover(paths, scope_for=index.for_folder, exclude=cli_exclude, respect_gitignore=respect_gitignore, cwd=cwd)
     projects = group(found.files, index)
     for project in projects:
-        project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd)
+        project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd, found)
     result = lint_projects(projects, settings, cwd=cwd)
     result.errors.extend(found.errors)
     result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
@@ -165,14 +165,15 @@ def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
     return result
 
 
-def _listing(project, index, cli_exclude, respect_gitignore, cwd):
+def _listing(project, index, cli_exclude, respect_gitignore, cwd, known=None):
     """Every Python file of a project, found as discovery finds them (lazily: only a
-    project-wide question asks)."""
+    project-wide question asks). Folders the command line's discovery walked are not walked
+    again."""
     from .discovery import discover
 
     def listing():
         found = discover([str(project.config.root)], scope_for=index.for_folder, exclude=cli_exclude,
-                         respect_gitignore=respect_gitignore, cwd=cwd)
+                         respect_gitignore=respect_gitignore, cwd=cwd, known=known)
         return [p for p, scope in found.files if scope is project]
 
     return listing

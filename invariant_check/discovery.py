@@ -46,6 +46,7 @@ class Discovery:
     files: list[tuple[Path, Scope]] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
     not_found: int = 0  # paths that do not exist (among `errors`)
+    walked: list[str] = field(default_factory=list)  # folders walked whole (absolute)
 
 
 def discover(
@@ -55,18 +56,21 @@ def discover(
     exclude: PathGlobs | None = None,
     respect_gitignore: bool | None = None,
     cwd: Path | None = None,
+    known: Discovery | None = None,
 ) -> Discovery:
     """`scope_for(folder)`: the project of an absolute folder. `exclude`: `--exclude`.
-    `respect_gitignore`: the command line's choice, None to let each project decide."""
+    `respect_gitignore`: the command line's choice, None to let each project decide.
+    `known`: an earlier discovery with the same settings: the folders it walked are not
+    walked again, their files are taken from it (in walk order)."""
     cwd = cwd or Path.cwd()
     extra = exclude or PathGlobs([], cwd)
     out = Discovery()
     seen: set[str] = set()
 
-    def add(p: str, scope: Scope) -> None:
+    def add(p: str, scope: Scope, as_path: Path | None = None) -> None:
         if p not in seen:
             seen.add(p)
-            out.files.append((Path(p), scope))
+            out.files.append((as_path or Path(p), scope))
 
     for raw in paths:
         abspath = os.path.abspath(os.path.join(cwd, raw))
@@ -90,7 +94,9 @@ def discover(
         if is_dir:
             use_git = scope.respect_gitignore if respect_gitignore is None else respect_gitignore
             chain = gitignore.chain_for(abspath) if use_git or respect_gitignore is None else gitignore.IgnoreChain()
-            _walk(abspath, scope, chain, scope_for, extra, respect_gitignore, add, out, cwd)
+            reuse = _reuse(known, abspath)
+            _walk(abspath, scope, chain, scope_for, extra, respect_gitignore, add, out, cwd, reuse)
+            out.walked.append(abspath)
         elif stat_mod.S_ISREG(st.st_mode):
             add(abspath, scope)
         else:
@@ -99,11 +105,40 @@ def discover(
     return out
 
 
-def _walk(top, top_scope, top_chain, scope_for, extra, respect_gitignore, add, out, cwd) -> None:
+def _reuse(known: Discovery | None, top: str) -> dict[str, list[tuple[Path, Scope]]]:
+    """Folders under `top` that `known` walked whole -> their files, in walk order."""
+    if known is None:
+        return {}
+    prefix = top.rstrip(os.sep) + os.sep
+    # outermost first: a file belongs to the outermost walked folder holding it (folders
+    # named inside one another were walked separately, each file found once)
+    folders = sorted({w for w in known.walked if w.startswith(prefix)}, key=len)
+    if not folders:
+        return {}
+    got: dict[str, list[tuple[Path, Scope]]] = {w: [] for w in folders}
+    for path, scope in known.files:
+        raw = str(path)
+        for w in folders:
+            if raw.startswith(w.rstrip(os.sep) + os.sep):
+                got[w].append((path, scope))
+                break
+    if len(folders) > 1:
+        for files in got.values():
+            # walk order (a folder's files, then its subfolders', each by name); one walk
+            # already found them in it
+            files.sort(key=lambda item: (item[0].parts[:-1], item[0].name))
+    return got
+
+
+def _walk(top, top_scope, top_chain, scope_for, extra, respect_gitignore, add, out, cwd, reuse=None) -> None:
     # (folder, its parent's project and ignore chain; `top` comes with its own already)
     stack: list[tuple[str, Scope, gitignore.IgnoreChain, bool]] = [(top, top_scope, top_chain, True)]
     while stack:
         folder, scope, chain, is_top = stack.pop()
+        if reuse and folder in reuse:
+            for path, known_scope in reuse[folder]:
+                add(str(path), known_scope, path)
+            continue
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError as exc:

@@ -63,9 +63,11 @@ class _Done:
 
 
 class _CacheFacts(FactStore):
-    def __init__(self, cache: Cache | None) -> None:
+    def __init__(self, cache: Cache | None, sources: dict[Path, bytes]) -> None:
         self.cache = cache
+        self.sources = sources
         self.new: dict[str, dict] = {}
+        self.new_words: dict[str, dict[str, bool]] = {}
 
     def get(self, d: str) -> dict | None:
         if d in self.new:
@@ -75,6 +77,25 @@ class _CacheFacts(FactStore):
     def put(self, d: str, chunk_facts: dict) -> None:
         if self.cache is not None:  # kept only to be saved
             self.new[d] = chunk_facts
+
+    def known_digest(self, path: Path) -> str | None:
+        if self.cache is None or path in self.sources:
+            return None
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        return self.cache.digest_for(str(path), st)
+
+    def holds_word(self, d: str, word: str) -> bool | None:
+        got = self.new_words.get(d, {}).get(word)
+        if got is None and self.cache is not None:
+            got = self.cache.holds_word(d, word)
+        return got
+
+    def put_word(self, d: str, word: str, present: bool) -> None:
+        if self.cache is not None:
+            self.new_words.setdefault(d, {})[word] = present
 
 
 class Engine:
@@ -106,7 +127,7 @@ class Engine:
         self.root = Path(os.path.abspath(root or self.cwd))
         self._listing = listing or (lambda: list_python_files(self.root))
         self._sources: dict[Path, bytes] = {}
-        self._facts = _CacheFacts(cache)
+        self._facts = _CacheFacts(cache, self._sources)
         self.project = self._new_project()
         self.pool_warning: str | None = None
 
@@ -140,8 +161,9 @@ class Engine:
     def lint(self, files: Iterable[Path], sources: dict[Path, bytes] | None = None) -> LintResult:
         """`sources`: bytes to lint instead of reading those paths (an editor's unsaved
         buffer); the project's other files still come from disk."""
-        self._sources = {Path(os.path.abspath(p)): data for p, data in (sources or {}).items()}
-        paths = list(dict.fromkeys(Path(os.path.abspath(p)) for p in files))
+        self._sources.clear()
+        self._sources.update((Path(os.path.abspath(p)), data) for p, data in (sources or {}).items())
+        paths = list(dict.fromkeys(_absolute(p) for p in files))
         for path, data in self._sources.items():
             self.project.module_at(path, data)
         result = LintResult()
@@ -246,9 +268,11 @@ class Engine:
         finally:
             _WORKER.pop("engine", None)
         done: list[_Done] = []
-        for batch_done, new_facts in outputs:
+        for batch_done, new_facts, new_words in outputs:
             done.extend(batch_done)
             self._facts.new.update(new_facts)
+            for d, words in new_words.items():
+                self._facts.new_words.setdefault(d, {}).update(words)
         return done
 
     def _one(self, path: Path) -> _Done:
@@ -364,6 +388,9 @@ class Engine:
                 self.cache.put_outcome(rec.digest, rec.shown, d.outcome)
         from .analysis.project import ChunkFacts
 
+        for file_digest, words in self._facts.new_words.items():
+            for word, present in words.items():
+                self.cache.put_word(file_digest, word, present)
         for file_digest, chunks in self._facts.new.items():
             self.cache.put_facts(
                 file_digest, {k: (v.to_json() if isinstance(v, ChunkFacts) else v) for k, v in chunks.items()}
@@ -372,6 +399,14 @@ class Engine:
         err = self.cache.save(live)
         if err:
             result.warnings.append(err)
+
+
+def _absolute(p) -> Path:
+    # discovery already gives absolute, normalised paths: building a Path again costs more
+    # than the whole stat of the file
+    raw = os.fspath(p)
+    full = os.path.abspath(raw)
+    return p if full == raw and isinstance(p, Path) else Path(full)
 
 
 def _lines(data: bytes) -> bytes:
@@ -383,11 +418,13 @@ def _lines(data: bytes) -> bytes:
 _WORKER: dict[str, Any] = {}
 
 
-def _work_batch(paths: list[Path]) -> tuple[list[_Done], dict[str, dict]]:
+def _work_batch(paths: list[Path]) -> tuple[list[_Done], dict[str, dict], dict[str, dict[str, bool]]]:
     """In a forked worker: stages 1-4 for a batch of files. The cache object is the parent's
     copy; what it learns goes back in the records."""
     engine: Engine = _WORKER["engine"]
     before = set(engine._facts.new)
+    new_words = engine._facts.new_words
+    engine._facts.new_words = {}
     done = []
     for path in paths:
         d = engine._one(path)
@@ -396,7 +433,12 @@ def _work_batch(paths: list[Path]) -> tuple[list[_Done], dict[str, dict]]:
         done.append(d)
     new_facts = {k: v for k, v in engine._facts.new.items() if k not in before}
     engine._facts.new = {k: engine._facts.new[k] for k in before}
-    return done, new_facts
+    learned = engine._facts.new_words
+    # what this batch learned goes back; the worker keeps all of it for its later batches
+    for d, words in learned.items():
+        new_words.setdefault(d, {}).update(words)
+    engine._facts.new_words = new_words
+    return done, new_facts, learned
 
 
 # -- the project's files ------------------------------------------------------------------------

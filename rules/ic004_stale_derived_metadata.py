@@ -685,10 +685,17 @@ def advance_bounds(self, md):
                 f"attention would read stale values derived from `{f}`"
             )
             node = write.node
+        if via:
+            # the advance is a helper's: name the call sites that leave the fields stale
+            message += f"; called from {', '.join(via)} without the update"
         data: dict[str, Any] = {"object": obj, "advanced": f, "stale_fields": stale}
         if via:
             data["callers"] = via
-        return Report(node, message, _hint(write, spelled, stale, amount), data)
+        args = getattr(view.node, "args", None)
+        has_self = args is not None and any(a.arg == "self" for a in args.posonlyargs + args.args)
+        # the cap as the function can spell it: vLLM proposers keep it on `self`
+        cap = "self.max_model_len" if has_self else "max_model_len"
+        return Report(node, message, _hint(write, spelled, stale, amount, cap), data)
 
 
 # -- what a definition must contain ------------------------------------------------------------
@@ -820,6 +827,11 @@ class _Step:
             return self._through_callers_param(write.obj, stale)
         return stale, []
 
+    def _where(self, site) -> str:
+        """A caller as the message names it: `qual` (path:line of the call)."""
+        module = site.caller.module
+        return f"`{site.caller.qual}` at {module.project.display(module.path)}:{site.call.lineno}"
+
     def _through_callers_param(self, obj: str, stale: list[str]) -> tuple[list[str], list[str]]:
         sites = self._passed_by_callers(obj)
         if not sites:
@@ -833,7 +845,7 @@ class _Step:
                 resolve = resolver_for(self.summaries, site.caller)
                 if passed is None or cidx is None or not covered(cflow, cidx, passed, d, caliases, resolve, self.summaries):
                     still.append(d)
-                    via.append(site.caller.qual)
+                    via.append(self._where(site))
                     break
         return still, sorted(set(via))
 
@@ -863,7 +875,7 @@ class _Step:
                                       resolver_for(self.summaries, site.caller), self.summaries, forward_only=True)
                 if not ok:
                     still.append(d)
-                    via.append(site.caller.qual)
+                    via.append(self._where(site))
                     break
         return still, sorted(set(via))
 
@@ -972,7 +984,7 @@ def _wrap(amount: str) -> str:
     return amount if re.fullmatch(r"[\w.]+", amount) else f"({amount})"
 
 
-def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str) -> str:
+def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: str = "self.max_model_len") -> str:
     x, k = spelled, _wrap(amount)
     if write.kind == "new":
         parts = []
@@ -989,7 +1001,7 @@ def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str) -> str
     parts = []
     for d in stale:
         if d == "max_seq_len":
-            parts.append(f"`{x}.max_seq_len = min({x}.max_seq_len + {k}, self.max_model_len)` (an upper bound may stay above the capped lengths)")
+            parts.append(f"`{x}.max_seq_len = min({x}.max_seq_len + {k}, {cap})` (an upper bound may stay above the capped lengths)")
         elif d.lstrip("_") == "seq_lens_cpu":
             shadow = "_seq_lens_cpu"
             parts.append(f"`if {x}.{shadow} is not None: {x}.{shadow} += {k}` (or set it to `None` to have it recomputed)")

@@ -182,3 +182,28 @@ def test_a_module_added_later_is_found(tree):
         "def require(md):\n    assert isinstance(md, FlashAttentionMetadata)\n"
     )
     assert [(f[0], f[3]) for f in lint(tree, "proj/drafter.py")] == [("proj/drafter.py", "IC001")]
+
+
+def test_a_caller_added_or_fixed_elsewhere_changes_the_cached_answer(tree):
+    # IC004 follows a helper's advance into its callers, found by a project-wide search for
+    # the helper's name. The cache answers that search from what it knows of unchanged
+    # files; a caller added, fixed or deleted later must still change the answer.
+    (tree / "proj/steps.py").write_text("def advance(md):\n    md.seq_lens += 1\n")
+    good = (
+        "from .steps import advance\n\n\ndef draft(common_attn_metadata, n):\n    for _ in range(n):\n"
+        "        advance(common_attn_metadata)\n        common_attn_metadata.max_seq_len += 1\n"
+    )
+    (tree / "proj/good_drafter.py").write_text(good)
+    assert per_file(lint(tree, "."), ["proj/steps.py"]) == []  # the whole tree fills the cache
+    bad = tree / "proj/bad_drafter.py"
+    bad.write_text(good.replace("def draft(", "def draft_again(").replace("        common_attn_metadata.max_seq_len += 1\n", ""))
+    found = lint(tree, "proj/steps.py")
+    assert [(f[0], f[3]) for f in found] == [("proj/steps.py", "IC004")]
+    assert "`draft_again` at proj/bad_drafter.py:6" in found[0][4]
+    assert lint(tree, "proj/steps.py", "--no-cache") == found
+    bad.write_text(good.replace("def draft(", "def draft_again("))
+    assert lint(tree, "proj/steps.py") == []
+    bad.write_text(good.replace("def draft(", "def draft_again(").replace("        common_attn_metadata.max_seq_len += 1\n", ""))
+    assert lint(tree, "proj/steps.py") == found
+    bad.unlink()
+    assert lint(tree, "proj/steps.py") == []

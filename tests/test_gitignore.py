@@ -111,6 +111,22 @@ def test_a_nested_repository_does_not_inherit_the_outer_rules(tmp_path):
     assert _ours(root) == ["inner/m.py"]
 
 
+@needs_git
+@pytest.mark.parametrize("walked", [["pkg"], ["pkg/sub", "pkg"], ["pkg", "pkg/deep"], ["docs/v1", "logs", "a.py"], ["."]])
+def test_the_project_listing_reuses_walked_folders_and_equals_a_fresh_walk(tmp_path, walked):
+    # The project's listing (who calls a function) reuses the folders the command line
+    # walked: it must list the same files, in the same order, as walking the root afresh.
+    root = _make_tree(tmp_path / "repo")
+    _git(root, "init", "-q")
+    project = Project.of(load_config(None, fallback_root=root))
+    scope = lambda folder: project  # noqa: E731
+    first = discover(walked, scope_for=scope, cwd=root)
+    fresh = discover([str(root)], scope_for=scope, cwd=root)
+    reused = discover([str(root)], scope_for=scope, cwd=root, known=first)
+    assert [p for p, _ in reused.files] == [p for p, _ in fresh.files]
+    assert len(fresh.files) > 10
+
+
 def test_parse_lines():
     parsed = gitignore.parse("# c\n\n!a\n\\!b\n\\#c\nd/ \ne\\ \n/\n", "/base")
     got = [(r.glob.pattern, r.negated, r.glob.dir_only) for r in parsed.rules]

@@ -65,6 +65,18 @@ class FactStore:
     def put(self, digest: str, chunk_facts: dict) -> None:
         pass
 
+    # whole-word questions about files (who calls a function), answered without reading
+    # the files when their bytes are known from an earlier run
+    def known_digest(self, path: Path) -> str | None:
+        """The digest of the file's current bytes when known without reading them."""
+        return None
+
+    def holds_word(self, digest: str, word: str) -> bool | None:
+        return None
+
+    def put_word(self, digest: str, word: str, present: bool) -> None:
+        pass
+
 
 @dataclass
 class ChunkFacts:
@@ -722,12 +734,20 @@ class Project:
             raw = word.encode()
             rx = re.compile(rb"(?<![\w])" + re.escape(raw) + rb"(?![\w])")
             got = []
+            store = self._store
             for path in self.list_files():
-                try:
-                    data = self._read(path)
-                except OSError:
-                    continue
-                if raw in data and rx.search(data):
+                known = store.known_digest(path)
+                present = store.holds_word(known, word) if known is not None else None
+                if present is None:
+                    try:
+                        data = self._read(path)
+                    except OSError:
+                        continue
+                    present = bool(raw in data and rx.search(data))
+                    d = known or (self._digest(data) if self._digest is not None else None)
+                    if d is not None:
+                        store.put_word(d, word, present)
+                if present:
                     got.append(path)
             self._contains[word] = got
         self.tracker.note(("word", word, tuple(sorted(str(p) for p in got))))
