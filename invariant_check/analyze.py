@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
 from .analysis import facts as F
-from .analysis.needs import Everything, Need
+from .analysis.needs import Everything, Need, also_excluded
 from .analysis.outline import CLASS, HEAD, Chunk
 from .analysis.project import Module
 from .analysis.views import MODULE_CODE, ClassView, Context, FunctionView
@@ -103,6 +103,8 @@ def _analyze(ctx: Context, module: Module, rec: ScanRecord, plan: Plan, out: Out
         picks = _pick(module, rules, plan)
     failed: list[str] = []
     for rule in rules:
+        if not picks.get(rule.CODE):
+            continue  # nothing of this file can hold its finding
         try:
             reports = _run_all(ctx, module, rule, picks.get(rule.CODE, ()))
         except RecursionError:
@@ -137,6 +139,7 @@ def _pick(module: Module, rules: list[Rule], plan: Plan) -> dict[str, list[_Pick
     ol = module.outline
     ol.exclude_prose()
     code_span = None
+    between: list[tuple[int, int]] = []
     for rule in rules:
         need = plan.needs[rule.CODE]
         chosen: list[_Pick] = []
@@ -148,12 +151,15 @@ def _pick(module: Module, rules: list[Rule], plan: Plan) -> dict[str, list[_Pick
         else:
             chosen.extend(_Pick("chunk", c) for c in module.leaf_chunks(need))
             if code_span is None:
-                code = module.module_code_chunks()
-                # one span from the first to the last: module code is read in order across
-                # chunks, so the needs are checked on text that holds all of it
-                code_span = (min(c.start for c in code), max(c.end for c in code)) if code else ()
-            if code_span and need.holds(text, *code_span):
-                chosen.append(_Pick("module"))
+                code = sorted((c.start, c.end) for c in module.module_code_chunks())
+                # one span from the first piece to the last (module code is read in order
+                # across pieces), with the definitions between them left out
+                code_span = (code[0][0], code[-1][1]) if code else ()
+                between = [(a[1], b[0]) for a, b in zip(code, code[1:]) if b[0] > a[1]]
+            if code_span:
+                with also_excluded(text, between):
+                    if need.holds(text, *code_span):
+                        chosen.append(_Pick("module"))
         picks[rule.CODE] = chosen
     return picks
 
@@ -182,7 +188,6 @@ def module_code(module: Module) -> ast.Module:
 
 
 def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> Iterator[tuple[Report, ast.AST]]:
-    ol = module.outline
     for pick in picks:
         if pick.kind == "module":
             if rule.SCOPE != "class":
@@ -197,6 +202,7 @@ def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> It
         # definition's name belongs to the definition, decorators included)
         root = ast.Module(body=own + trailing, type_ignores=[])
         prefix, cls = "", None
+        ol = module.outline
         if chunk.parent is not None and not ol.whole:
             cls = ol.chunks[chunk.parent].name
             prefix = f"{cls}."

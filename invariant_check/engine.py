@@ -276,7 +276,7 @@ class Engine:
         return done
 
     def _one(self, path: Path) -> _Done:
-        rec, memo = self._scan(path)
+        rec, memo, data = self._scan(path)
         d = _Done(rec, stat_memo=memo)
         if rec.error is not None or not rec.rules or rec.skip:
             return d
@@ -288,14 +288,16 @@ class Engine:
         if cached is not None:
             d.outcome, d.cache_hit = cached, True
             return d
-        module = self.project.module_at(path, self._sources.get(path))
+        # the bytes the scan read: read once, and the same object, so that the text decoded
+        # from them is the one the scan's needs already indexed
+        module = self.project.module_at(path, data)
         if module.digest is None:
             module.digest = rec.digest
         d.outcome = analyze(Context(self.project), module, rec, self.plan)
         d.analysed = True
         return d
 
-    def _scan(self, path: Path) -> tuple[ScanRecord, list | None]:
+    def _scan(self, path: Path) -> tuple[ScanRecord, list | None, bytes | None]:
         rec = ScanRecord(path, self._shown(path))
         given = self._sources.get(path)
         memo = None
@@ -308,25 +310,25 @@ class Engine:
                 if not stat.S_ISREG(st.st_mode):
                     # a FIFO would block the read below forever; a device is not source code
                     rec.error = FileError(rec.shown, "cannot read: not a regular file")
-                    return rec, None
+                    return rec, None, None
                 known = self.cache.digest_for(str(path), st) if self.cache is not None else None
                 if known is not None:
                     info = self.cache.scan_info(known)
                     if info is not None:
                         rec.digest = known
                         rec.has_marker, rec.skip, rec.rules = info.has_marker, info.skip, info.rules
-                        return rec, None
+                        return rec, None, None
                 with open(path, "rb") as fh:
                     data = fh.read()
         except FileNotFoundError:
             rec.error = FileError(rec.shown, "cannot read: file disappeared while linting")
-            return rec, None
+            return rec, None, None
         except IsADirectoryError:
             rec.error = FileError(rec.shown, "cannot read: is a directory")
-            return rec, None
+            return rec, None, None
         except OSError as exc:
             rec.error = FileError(rec.shown, f"cannot read: {exc.strerror or exc}")
-            return rec, None
+            return rec, None, None
         rec.digest = digest(data)
         lower = data.lower()
         rec.has_marker = suppressions.has_marker(data, lower)
@@ -337,7 +339,7 @@ class Engine:
             self.cache.put_scan_info(rec.digest, ScanInfo(rec.has_marker, rec.skip, rec.rules))
             self.cache.remember(str(path), st, rec.digest)
             memo = self.cache.stat.get(str(path))
-        return rec, memo
+        return rec, memo, data
 
     def _still_valid(self, outcome: Outcome) -> bool:
         """Whether everything a cached outcome depended on is as it was."""

@@ -29,6 +29,7 @@ from typing import Callable, Iterator
 from .facts import CallFact, last_name, ref, walk_local
 from .flow import ENTRY, Flow
 from .needs import Need, Names, Words
+from .source import ascii_text
 from .project import ClassInfo, FunctionInfo, Module
 from .summaries import Summaries
 
@@ -808,7 +809,7 @@ class Moved(Need):
             return False
         if not data.isascii():
             return True  # offsets in bytes and in text differ: the literal answer is safe
-        return bool(self._all(data.decode("ascii")))
+        return bool(self._all(ascii_text(data)))
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         end = len(text) if end is None else end
@@ -863,7 +864,7 @@ class Passed(Need):
             return False
         if not data.isascii():
             return True
-        return self.holds(data.decode("ascii"))
+        return self.holds(ascii_text(data))
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         for a, _b in self.names.occurrences(text, start, end):

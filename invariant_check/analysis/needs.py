@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 from typing import Callable, Iterable
@@ -56,6 +57,26 @@ def exclude(text: str, spans: list[tuple[int, int]]) -> None:
     superset), then definition by definition without them."""
     _EXCLUDED.insert(0, (text, [s for s, _ in spans], spans))
     del _EXCLUDED[3:]
+
+
+@contextmanager
+def also_excluded(text: str, spans: list[tuple[int, int]]):
+    """Within the block, ignore these spans of `text` as well as those already excluded (the
+    definitions between pieces of module-level code, when a need is asked of that code)."""
+    saved = list(_EXCLUDED)
+    current = next((e[2] for e in _EXCLUDED if e[0] is text), [])
+    merged: list[tuple[int, int]] = []
+    for s, e in sorted([*current, *spans]):
+        if merged and s <= merged[-1][1]:
+            if e > merged[-1][1]:
+                merged[-1] = (merged[-1][0], e)
+        else:
+            merged.append((s, e))
+    exclude(text, merged)
+    try:
+        yield
+    finally:
+        _EXCLUDED[:] = saved
 
 
 def _inside(text: str, pos: int) -> bool:
@@ -175,6 +196,13 @@ class Pattern(Need):
 
 
 MINUS_ONE = Pattern(r"-[\s(]*1(?![\w.])", "-", "`-1`")
+@lru_cache(maxsize=256)
+def word_of(name: str) -> Words:
+    """One `Words` per name asked about while checking needs: its index of a text is then
+    computed once, however many places ask about the name in that text."""
+    return Words(name)
+
+
 class Statement(Need):
     """A compound statement starting with `keyword`: the word first on its line (a loop
     statement always starts a logical line; `async for` too)."""
@@ -246,6 +274,9 @@ LAST_INDEX = Pattern(r"\[[\s(]*-[\s(]*1[\s)]*\]", "-", "a `[-1]` subscript")
 NEXT_OF_ITER = Pattern(r"next\s*\(\s*(?:iter|reversed)\s*\(", "next", "`next(iter(...))`")
 
 
+_NAMES_INDEXES: dict[tuple, _PerText] = {}
+
+
 class Names(Need):
     """Identifiers matching globs; `matches` is what the rule's query calls."""
 
@@ -272,7 +303,13 @@ class Names(Need):
         self._literals = tuple(lit.encode() for lit in self._text_literals)
         # without a literal (a bare `*`) every identifier is a candidate: use the regex
         self._scan = all(self._text_literals)
-        self._index = _PerText(self._all)
+        # rules that match the same globs (the metadata names of several rules) share one
+        # index of a text
+        key = (self.patterns, case_sensitive)
+        shared = _NAMES_INDEXES.get(key)
+        if shared is None:
+            shared = _NAMES_INDEXES[key] = _PerText(self._all)
+        self._index = shared
         self._quick_for: bytes | None = None
         self._quick_answer = False
 
@@ -437,7 +474,7 @@ class LoopLeftover(Around):
             if not in_context(a, b):
                 continue
             line_end = text.find("\n", b, end)
-            if line_end >= 0 and Words(text[a:b]).holds(text, line_end, end):
+            if line_end >= 0 and word_of(text[a:b]).holds(text, line_end, end):
                 return True
         return False
 

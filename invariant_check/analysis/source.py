@@ -19,6 +19,19 @@ class DecodeError(ValueError):
     """The bytes are not text in the encoding the file declares; the message names why."""
 
 
+_ASCII: list = [None, ""]  # the bytes last decoded as ASCII, and their text
+_SAME_AS_ASCII = frozenset({"utf-8", "utf8", "utf_8", "latin-1", "latin1", "iso-8859-1", "ascii", "us-ascii"})
+
+
+def ascii_text(data: bytes) -> str:
+    """`data.decode("ascii")`, the same string object for the same bytes object: a file's
+    needs are asked first of its raw bytes, then of its source, and the answers computed
+    for a text are kept by the identity of that text."""
+    if _ASCII[0] is not data:
+        _ASCII[0], _ASCII[1] = data, data.decode("ascii")
+    return _ASCII[1]
+
+
 def decode(data: bytes) -> str:
     """The text of a Python file, as the interpreter would read it, with `\\n` line endings."""
     encoding = "utf-8"
@@ -33,6 +46,8 @@ def decode(data: bytes) -> str:
                 break
             if line.strip() and not line.lstrip().startswith(b"#"):
                 break  # a cookie only counts before the first line of code
+    if encoding.lower() in _SAME_AS_ASCII and b"\r" not in data and data.isascii():
+        return ascii_text(data)
     try:
         text = data.decode(encoding)
     except LookupError:
