@@ -507,7 +507,7 @@ def main() -> int:
         big_target = TARGET_BIG_VS_LIBCST * big_libcst.wall
         rows.append((f"{BIG_LINES:,}-line file with a finding (rc {big_ours.runs[0].rc})", big_ours,
                      f"< {TARGET_BIG_VS_LIBCST:g} x libcst parse = {fmt_s(big_target)}", big_ours.wall <= big_target))
-        rows.append((f"  bare libcst.parse_module of it (python start and import included)", big_libcst, "", None))
+        rows.append(("  bare libcst.parse_module of it (python start and import included)", big_libcst, "", None))
 
         baseline = repeat(args.repeat, lambda i: [sys.executable, "-c", "pass"], cwd=work)
         imports = repeat(args.repeat, lambda i: [sys.executable, "-c", "import click"], cwd=work)

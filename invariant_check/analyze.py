@@ -13,7 +13,7 @@ from typing import Any, Iterable, Iterator
 
 from .analysis import facts as F
 from .analysis.needs import Everything, Need, also_excluded
-from .analysis.outline import CLASS, HEAD, Chunk
+from .analysis.outline import CLASS, Chunk
 from .analysis.project import Module
 from .analysis.views import MODULE_CODE, ClassView, Context, FunctionView
 from .records import Outcome, ScanRecord

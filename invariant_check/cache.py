@@ -30,7 +30,7 @@ from typing import Any
 from . import __version__
 from .records import Outcome
 
-FORMAT = 3
+FORMAT = 4
 
 
 @lru_cache(maxsize=1)
@@ -70,7 +70,9 @@ def config_key(rule_codes: list[str], options: dict[str, Any], extra: Any = None
 
 
 def digest(data: bytes) -> str:
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    # SHA-256 runs on the CPU's hash instructions where there are some: about twice as
+    # fast as BLAKE2 here, and every file of a cold run is hashed
+    return hashlib.sha256(data).hexdigest()[:32]
 
 
 @dataclass

@@ -187,7 +187,7 @@ def _listing(project, index, cli_exclude, respect_gitignore, cwd, known=None):
 def _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd):
     """Standard input linted as the file it names; the rest of its project is read from disk
     for the cross-file facts (base classes, helpers), but only the buffer is reported."""
-    from .discovery import discover, display_path
+    from .discovery import display_path
     from .projects import lint_projects
 
     path = Path(os.path.abspath(cwd / (stdin_filename if stdin_filename is not None else "-")))

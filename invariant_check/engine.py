@@ -68,6 +68,7 @@ class _CacheFacts(FactStore):
         self.sources = sources
         self.new: dict[str, dict] = {}
         self.new_words: dict[str, dict[str, bool]] = {}
+        self.keeps_words = cache is not None
 
     def get(self, d: str) -> dict | None:
         if d in self.new:

@@ -157,7 +157,9 @@ def _capital(text: str) -> str:
 
 
 def _finding(shown: str, d, rule: tuple[str, str], message: str) -> Finding:
-    from .registry import all_rules  # the rule modules hold the one wording of the hints
+    from .registry import (
+        all_rules,  # the rule modules hold the one wording of the hints
+    )
 
     hint = all_rules()[rule[0]].HINT
     return Finding(shown, d.line, d.column, d.line, d.column + len(d.text), rule[0], rule[1], message, hint)

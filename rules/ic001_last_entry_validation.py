@@ -7,14 +7,16 @@ from invariant_check.analysis.facts import ref
 from invariant_check.analysis.needs import (
     LAST_INDEX,
     NEXT_OF_ITER,
-    All,
-    Any as AnyOf,
-    Names,
     TYPE_CALL,
     AfterLoop,
+    All,
     LoopLeftover,
+    Names,
     picked,
     subscripted,
+)
+from invariant_check.analysis.needs import (
+    Any as AnyOf,
 )
 from invariant_check.analysis.source import one_line
 from invariant_check.analysis.values import Finding as ValueFinding

@@ -6,18 +6,25 @@ from typing import Any, Iterator
 from invariant_check.analysis.facts import last_name, ref, walk_local
 from invariant_check.analysis.fields import (
     FieldFlow,
+    Passed,
     bound_offset,
     canonical,
     fills,
     flows_to,
-    Passed,
     parameter_index,
     resolve_call,
     updating_loops,
     writes_at,
 )
 from invariant_check.analysis.flow import Loop, atoms_of
-from invariant_check.analysis.needs import FOR_STATEMENT, WHILE_STATEMENT, All, Any as AnyOf, Names, Need
+from invariant_check.analysis.needs import (
+    FOR_STATEMENT,
+    WHILE_STATEMENT,
+    All,
+    Names,
+    Need,
+)
+from invariant_check.analysis.needs import Any as AnyOf
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule

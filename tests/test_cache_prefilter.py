@@ -174,8 +174,8 @@ def test_damaged_cache_is_ignored(tree):
     reference = lint(tree, "--select", RULE, "--no-cache")["findings"]
     lint(tree, "--select", RULE)
     cache_file, facts_file = _cache_files(tree)
-    for damage in ("{not json", "[]", '{"format": 3, "stat": [], "files": 3}',
-                   '{"format": 3, "stat": {}, "files": {"x": 5}, "results": {"y": 3}, "words": {}}'):
+    for damage in ("{not json", "[]", '{"format": 4, "stat": [], "files": 3}',
+                   '{"format": 4, "stat": {}, "files": {"x": 5}, "results": {"y": 3}, "words": {}}'):
         cache_file.write_text(damage)
         facts_file.write_text(damage)
         assert lint(tree, "--select", RULE)["findings"] == reference, damage

@@ -28,9 +28,9 @@ from typing import Callable, Iterator
 
 from .facts import CallFact, last_name, ref, walk_local
 from .flow import ENTRY, Flow
-from .needs import Need, Names, Words
-from .source import ascii_text
+from .needs import Names, Need, Words
 from .project import ClassInfo, FunctionInfo, Module
+from .source import ascii_text
 from .summaries import Summaries
 
 # -- names ------------------------------------------------------------------------------------

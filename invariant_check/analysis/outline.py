@@ -28,7 +28,7 @@ from __future__ import annotations
 import ast
 import bisect
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 HEAD, DEF, CLASS = "head", "def", "class"
 

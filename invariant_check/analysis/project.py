@@ -18,13 +18,22 @@ import ast
 import builtins
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
 from . import facts as F
 from .deps import Tracker
-from .outline import CLASS, DEF, HEAD, Chunk, ChunkSyntaxError, Outline, build, parse_chunk
+from .outline import (
+    CLASS,
+    DEF,
+    HEAD,
+    Chunk,
+    ChunkSyntaxError,
+    Outline,
+    build,
+    parse_chunk,
+)
 from .source import DecodeError, Source, decode
 
 BUILTINS = frozenset(dir(builtins))
@@ -70,6 +79,8 @@ class FactStore:
     def known_digest(self, path: Path) -> str | None:
         """The digest of the file's current bytes when known without reading them."""
         return None
+
+    keeps_words = False  # whether `put_word` keeps anything (else no digest is computed for it)
 
     def holds_word(self, digest: str, word: str) -> bool | None:
         return None
@@ -744,9 +755,10 @@ class Project:
                     except OSError:
                         continue
                     present = bool(raw in data and rx.search(data))
-                    d = known or (self._digest(data) if self._digest is not None else None)
-                    if d is not None:
-                        store.put_word(d, word, present)
+                    if store.keeps_words:
+                        d = known or (self._digest(data) if self._digest is not None else None)
+                        if d is not None:
+                            store.put_word(d, word, present)
                 if present:
                     got.append(path)
             self._contains[word] = got

@@ -10,6 +10,7 @@ import bisect
 import codecs
 import re
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 # PEP 263: a coding cookie on one of the first two lines.
 _COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
@@ -70,13 +71,9 @@ class Source:
     @property
     def line_starts(self) -> list[int]:
         if self._starts is None:
-            starts = [0]
-            find = self.text.find
-            i = find("\n")
-            while i >= 0:
-                starts.append(i + 1)
-                i = find("\n", i + 1)
-            self._starts = starts
+            # each line's length plus its newline, summed in C
+            lengths = map(len, self.text.split("\n")[:-1])
+            self._starts = list(accumulate(map((1).__add__, lengths), initial=0))
         return self._starts
 
     def line_of(self, offset: int) -> int:

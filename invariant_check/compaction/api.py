@@ -8,7 +8,12 @@ from types import ModuleType
 import torch
 
 from .reference import compact_rows_reference_
-from .validate import check_row_ids, check_row_values, normalize_buffers, want_value_checks
+from .validate import (
+    check_row_ids,
+    check_row_values,
+    normalize_buffers,
+    want_value_checks,
+)
 
 __all__ = ["BACKENDS", "compact_rows_"]
 

@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 from .. import __version__
 
+
 def _uri(path: str) -> dict:
     """A relative path stays relative to %SRCROOT% (what code scanning maps onto the checkout);
     an absolute one becomes a file:// URI. Either is percent-encoded."""
