@@ -1,9 +1,9 @@
-"""Mutation report for IC001/IC002: detection and false-alarm rate per rewrite.
+"""Mutation report for IC001, IC002, IC004 and IC005: detection and false-alarm rate per rewrite.
 
     .venv/bin/python bench/mutation_report.py [--rule IC002] [--failures]
 
 Exits 1 unless detection is 100% and false alarms 0% on every row; tests/test_mutations.py
-asserts the same numbers.
+(IC001, IC002) and tests/test_draft_mutations.py (IC004, IC005) assert the same numbers.
 """
 
 from __future__ import annotations
@@ -16,24 +16,34 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load():
-    path = ROOT / "tests" / "mutation_fixtures" / "mutations.py"
-    spec = importlib.util.spec_from_file_location("mutations", path)
+def _load(name: str = "mutations"):
+    path = ROOT / "tests" / "mutation_fixtures" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["mutations"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
 
 
+# which harness mutates which rule's fixtures
+HARNESSES = {"mutations": {"IC001", "IC002"}, "draft_mutations": {"IC004", "IC005"}}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rule", action="append", help="IC001 or IC002 (default: both)")
+    parser.add_argument("--rule", action="append", help="IC001, IC002, IC004 or IC005 (default: all)")
     parser.add_argument("--failures", action="store_true", help="list every failing variant")
     args = parser.parse_args(argv)
-    M = _load()
-    outcomes = M.run(set(args.rule) if args.rule else None)
-    rows = M.table(outcomes)
-    print(M.format_table(rows))
+    wanted = set(args.rule) if args.rule else set().union(*HARNESSES.values())
+    outcomes = []
+    for name, rules in HARNESSES.items():
+        if not wanted & rules:
+            continue
+        M = _load(name)
+        got = M.run(wanted & rules)
+        outcomes.extend(got)
+        print(M.format_table(M.table(got)) if hasattr(M, "table") else M.format_table(got))
+        print()
     bad = [o for o in outcomes if not o.ok]
     if args.failures:
         for o in bad:
