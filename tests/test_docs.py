@@ -84,6 +84,8 @@ PROVENANCE = re.compile(
 
 def test_every_benchmark_section_says_when_where_and_how():
     text = BENCH.read_text()
+    # A benchmark's quoted output may hold "## " lines; they are not headings of the page.
+    text = re.sub(r"^```.*?^```", lambda m: re.sub(r"^#", " #", m.group(0), flags=re.M), text, flags=re.M | re.S)
     sections = re.split(r"^### |^## ", text, flags=re.M)[1:]
     measured = 0
     for section in sections:
