@@ -289,3 +289,19 @@ def test_text_source_line_after_unusual_separators(tmp_path):
     lines = run.out.splitlines()
     i = next(i for i, l in enumerate(lines) if l.startswith("sep.py:3:7: IC003"))
     assert lines[i + 1] == "    class Predictor(nn.Module):"
+
+
+def test_sarif_results_carry_the_findings_data_like_json(sarif_run, tmp_path):
+    tree, outside, doc = sarif_run
+    results = [r for r in doc["runs"][0]["results"] if r["ruleId"] == RULE]
+    assert results and all(isinstance(r.get("properties"), dict) and r["properties"] for r in results)
+    as_json = run_cli("lint", "--select", RULE, "--format", "json", "--no-cache", ".", cwd=tree)
+    data = {(f["path"], f["line"]): f["data"] for f in json.loads(as_json.out)["findings"]}
+    compared = 0
+    for r in results:
+        loc = r["locations"][0]["physicalLocation"]
+        key = (loc["artifactLocation"]["uri"].replace("%20", " "), loc["region"]["startLine"])
+        if key in data:
+            assert r["properties"] == data[key]
+            compared += 1
+    assert compared

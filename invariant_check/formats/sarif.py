@@ -83,6 +83,10 @@ def render(result, rules, **_) -> str:
         }
         if f.rule in index:
             res["ruleIndex"] = index[f.rule]
+        if isinstance(f.data, dict) and f.data:
+            # what the rule knew (the stale fields, the loop line, how a name was resolved):
+            # the same object as the JSON format's `data`
+            res["properties"] = f.data
         results.append(res)
     notifications = [
         {
