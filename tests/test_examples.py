@@ -69,6 +69,7 @@ def test_readme_lint_command_works_as_written_in_a_fresh_checkout(tmp_path, copy
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out  # findings, as the README's comment says
     flagged = sorted(set(re.findall(r"^examples/(\w+\.py):\d+:\d+: (IC\d{3}) ", proc.stdout, re.M)))
-    assert flagged == [("drafter_last_entry.py", "IC001"), ("mtp_model.py", "IC003"),
-                       ("proposer_skip_topk.py", "IC002")], out
+    assert flagged == [("draft_step_max_seq_len.py", "IC004"), ("drafter_last_entry.py", "IC001"),
+                       ("mtp_model.py", "IC003"), ("proposer_skip_topk.py", "IC002"),
+                       ("v2_draft_loop.py", "IC005")], out
     assert (src / ".venv-lint" / "bin" / "invariant-check").is_file()
