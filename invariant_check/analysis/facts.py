@@ -450,3 +450,14 @@ def _defs_in(st: ast.stmt) -> Iterator[ast.AST]:
     for case in getattr(st, "cases", None) or []:
         for sub in case.body:
             yield from _defs_in(sub)
+
+
+def pattern_names(pattern: ast.AST) -> Iterator[str]:
+    """The names a `match` case pattern binds (`case Foo(x, *rest)`)."""
+    for node in ast.walk(pattern):
+        name = getattr(node, "name", None)
+        if isinstance(name, str) and type(node).__name__ in ("MatchAs", "MatchStar"):
+            yield name
+        rest = getattr(node, "rest", None)
+        if isinstance(rest, str):
+            yield rest

@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 from .facts import CallFact, last_name, ref, walk_local
 from .flow import ENTRY, Flow
-from .needs import Names, Need, Words
+from .needs import Names, Need, PerText, Words
 from .project import ClassInfo, FunctionInfo, Module
 from .source import ascii_text
 from .summaries import Summaries
@@ -767,23 +767,6 @@ def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
 # -- what a definition must contain (prefilter atoms) -----------------------------------------------
 
 
-class _LastText:
-    """An answer per text, kept for the last few texts (a file, then each of its chunks)."""
-
-    def __init__(self, compute) -> None:
-        self.compute = compute
-        self._recent: list = []
-
-    def __call__(self, text: str):
-        for known, value in self._recent:
-            if known is text:
-                return value
-        value = self.compute(text)
-        self._recent.insert(0, (text, value))
-        del self._recent[3:]
-        return value
-
-
 _INPLACE_MOVES = ("add_", "sub_", "copy_")
 
 
@@ -802,7 +785,7 @@ class Moved(Need):
         self._attr = re.compile(rf"\.(?:\s|\\\n|#[^\n]*\n)*(?:{body})(?![\w])") if body else re.compile(r"(?!)")
         self._before = re.compile(r"(?:\+|\b(?:add|sub)\s*\()[\s\w.\\(]*\Z")
         self._bytes = tuple(f.encode() for f in self.fields)
-        self._index = _LastText(self._all)
+        self._index = PerText(self._all)
 
     def quick(self, data: bytes, lower: bytes) -> bool:
         if not any(b in data for b in self._bytes):

@@ -17,7 +17,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, ref
+from .facts import FUNCS, pattern_names, ref
 
 ENTRY, EXIT = -1, -2
 Atom = tuple[str, bool]  # (source, polarity)
@@ -241,7 +241,7 @@ class Flow:
             ends: set[int] = set()
             for case in st.cases:
                 cp = set(preds)
-                for name in _pattern_names(case.pattern):
+                for name in pattern_names(case.pattern):
                     cp = self._chain(cp, self._new("bind", case, name))
                 if case.guard is not None:
                     cp = self._expr(case.guard, cp)
@@ -389,16 +389,6 @@ def _names_bound(target: ast.AST) -> Iterator[str]:
             yield from _names_bound(elt)
     elif isinstance(target, ast.Starred):
         yield from _names_bound(target.value)
-
-
-def _pattern_names(pattern: ast.AST) -> Iterator[str]:
-    for node in ast.walk(pattern):
-        name = getattr(node, "name", None)
-        if isinstance(name, str) and type(node).__name__ in ("MatchAs", "MatchStar"):
-            yield name
-        rest = getattr(node, "rest", None)
-        if isinstance(rest, str):
-            yield rest
 
 
 def _assigned_names(func: ast.AST) -> set[str]:

@@ -29,7 +29,7 @@ from typing import Callable, Iterable
 from ..globs import name_matcher, name_regex, required_literals
 
 
-class _PerText:
+class PerText:
     """Answers about a whole text, computed once and kept for the last few texts: a rule asks
     about a file and then about each of its definitions, and the answers for a range are a
     slice of the answers for the whole text."""
@@ -129,7 +129,7 @@ class Words(Need):
 
     def __init__(self, *words: str) -> None:
         object.__setattr__(self, "words", tuple(w for w in words if w))
-        object.__setattr__(self, "_index", _PerText(self._all))
+        object.__setattr__(self, "_index", PerText(self._all))
 
     @cached_property
     def _bytes(self) -> tuple[bytes, ...]:
@@ -209,7 +209,7 @@ class Statement(Need):
 
     def __init__(self, keyword: str) -> None:
         self.keyword = keyword
-        self._lines = _PerText(self._all)
+        self._lines = PerText(self._all)
         self._bytes = keyword.encode()
         # the keyword (a literal first: the regex engine finds it fast), then what precedes it
         # on its line must be indentation (or `async`)
@@ -274,7 +274,7 @@ LAST_INDEX = Pattern(r"\[[\s(]*-[\s(]*1[\s)]*\]", "-", "a `[-1]` subscript")
 NEXT_OF_ITER = Pattern(r"next\s*\(\s*(?:iter|reversed)\s*\(", "next", "`next(iter(...))`")
 
 
-_NAMES_INDEXES: dict[tuple, _PerText] = {}
+_NAMES_INDEXES: dict[tuple, PerText] = {}
 
 
 class Names(Need):
@@ -308,7 +308,7 @@ class Names(Need):
         key = (self.patterns, case_sensitive)
         shared = _NAMES_INDEXES.get(key)
         if shared is None:
-            shared = _NAMES_INDEXES[key] = _PerText(self._all)
+            shared = _NAMES_INDEXES[key] = PerText(self._all)
         self._index = shared
         self._quick_for: bytes | None = None
         self._quick_answer = False
@@ -601,7 +601,7 @@ class Call(Need):
     def __init__(self, *names: str) -> None:
         self.names = names
         self._bytes = tuple(n.encode() for n in names)
-        self._index = _PerText(self._all)
+        self._index = PerText(self._all)
         self._paren = re.compile(r"\s*\(")
 
     def quick(self, data: bytes, lower: bytes) -> bool:

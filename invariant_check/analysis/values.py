@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, ref
+from .facts import FUNCS, pattern_names, ref
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ class LastValues:
             before = dict(state)
             for case in st.cases:
                 case_state = dict(before)
-                names = [n for n in _pattern_names(case.pattern)]
+                names = [n for n in pattern_names(case.pattern)]
                 self._bind(names, case_state, acc)
                 self._block(case.body, case_state, set(singles), acc, dict(flags))
                 for name in set(before) - set(case_state):
@@ -394,16 +394,6 @@ def _target_refs(target: ast.AST) -> Iterator[str]:
             yield from _target_refs(elt)
     elif isinstance(target, ast.Starred):
         yield from _target_refs(target.value)
-
-
-def _pattern_names(pattern: ast.AST) -> Iterator[str]:
-    for node in ast.walk(pattern):
-        name = getattr(node, "name", None)
-        if isinstance(name, str) and type(node).__name__ in ("MatchAs", "MatchStar"):
-            yield name
-        rest = getattr(node, "rest", None)
-        if isinstance(rest, str):
-            yield rest
 
 
 def _walk_expr(expr: ast.AST) -> Iterator[ast.AST]:
