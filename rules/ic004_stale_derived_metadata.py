@@ -23,6 +23,7 @@ from invariant_check.analysis.fields import (
     resolve_call,
     resolver_for,
     statement_of,
+    store_targets,
     store_writes,
     variants,
 )
@@ -717,7 +718,7 @@ def _advances(func: ast.AST, aliases: dict[str, str], derived: dict[str, list[st
         if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
             for t in targets:
-                for piece in _pieces(t):
+                for piece in store_targets(t):
                     for w in store_writes(piece, sub, aliases):
                         if w.field in derived and w.sign == 1:
                             yield w, piece
@@ -725,16 +726,6 @@ def _advances(func: ast.AST, aliases: dict[str, str], derived: dict[str, list[st
             for w in call_writes(sub, aliases):
                 if w.field in derived and w.sign == 1 and w.kind in ("set", "new"):
                     yield w, sub
-
-
-def _pieces(target: ast.AST) -> Iterator[ast.AST]:
-    if isinstance(target, (ast.Attribute, ast.Subscript)):
-        yield target
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _pieces(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _pieces(target.value)
 
 
 # -- the step around an advance -----------------------------------------------------------------------

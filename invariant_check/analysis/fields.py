@@ -183,7 +183,7 @@ class FieldFlow(Flow):
         preds = super()._bind_targets(target, stmt, preds)
         if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             return preds
-        for sub in _store_targets(target):
+        for sub in store_targets(target):
             holder = sub.value if isinstance(sub, ast.Subscript) else sub
             idx = self._new("store", stmt, ref(holder))
             self.targets[idx] = sub
@@ -191,14 +191,15 @@ class FieldFlow(Flow):
         return preds
 
 
-def _store_targets(target: ast.AST) -> Iterator[ast.AST]:
+def store_targets(target: ast.AST) -> Iterator[ast.AST]:
+    """The attribute and subscript stores of an assignment target, through unpacking."""
     if isinstance(target, (ast.Attribute, ast.Subscript)):
         yield target
     elif isinstance(target, (ast.Tuple, ast.List)):
         for elt in target.elts:
-            yield from _store_targets(elt)
+            yield from store_targets(elt)
     elif isinstance(target, ast.Starred):
-        yield from _store_targets(target.value)
+        yield from store_targets(target.value)
 
 
 # -- what an event writes ---------------------------------------------------------------------------
@@ -502,7 +503,7 @@ def _fills(summaries: Summaries, fn: FunctionInfo, index: int, depth: int, visit
         for sub in walk_local(node):
             targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(sub, (ast.AugAssign, ast.AnnAssign)) else []
             for t in targets:
-                for piece in _store_targets(t):
+                for piece in store_targets(t):
                     if isinstance(piece, ast.Subscript) and isinstance(piece.value, ast.Name) and piece.value.id in names:
                         return True
     if depth <= 0:
