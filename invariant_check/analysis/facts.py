@@ -175,14 +175,15 @@ def import_bindings(node: ast.Import | ast.ImportFrom) -> Iterator[tuple[str, li
             yield alias.asname or alias.name, ["from", node.level, node.module or "", alias.name]
 
 
-def _target_names(target: ast.AST) -> Iterator[str]:
+def target_names(target: ast.AST) -> Iterator[str]:
+    """The names an assignment target binds, through unpacking."""
     if isinstance(target, ast.Name):
         yield target.id
     elif isinstance(target, (ast.Tuple, ast.List)):
         for elt in target.elts:
-            yield from _target_names(elt)
+            yield from target_names(elt)
     elif isinstance(target, ast.Starred):
-        yield from _target_names(target.value)
+        yield from target_names(target.value)
 
 
 def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
@@ -207,7 +208,7 @@ def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
                 targets = st.targets if isinstance(st, ast.Assign) else [st.target]
                 value = st.value
                 for t in targets:
-                    for name in _target_names(t):
+                    for name in target_names(t):
                         r = ref(value) if isinstance(t, ast.Name) else None
                         bind(name, ["alias", r] if r else ["value", None])
             elif isinstance(st, (ast.If, ast.Try, ast.With, ast.For, ast.While)) or type(st).__name__ == "TryStar":
@@ -216,7 +217,7 @@ def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
                 for handler in getattr(st, "handlers", None) or []:
                     visit(handler.body)
                 if isinstance(st, ast.For):
-                    for name in _target_names(st.target):
+                    for name in target_names(st.target):
                         bind(name, ["value", None])
 
     visit(stmts)
@@ -232,7 +233,7 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
             names.add(st.name)
         elif isinstance(st, ast.Assign):
             for t in st.targets:
-                for name in _target_names(t):
+                for name in target_names(t):
                     attrs[name] = ref(st.value) if isinstance(t, ast.Name) else None
         elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
             fields.append(st.target.id)
@@ -377,10 +378,10 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                 elif isinstance(t, ast.Name) and not isinstance(sub, ast.AugAssign):
                     assigned.setdefault(t.id, set()).add(ref(value) if value is not None else None)
                 else:
-                    for name in _target_names(t):
+                    for name in target_names(t):
                         assigned.setdefault(name, set()).add(None)
         elif isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension)):
-            for name in _target_names(sub.target):
+            for name in target_names(sub.target):
                 assigned.setdefault(name, set()).add(None)
         elif isinstance(sub, ast.NamedExpr):
             assigned.setdefault(sub.target.id, set()).add(ref(sub.value))
@@ -394,7 +395,7 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
         elif isinstance(sub, (ast.With, ast.AsyncWith)):
             for item in sub.items:
                 if item.optional_vars is not None:
-                    for name in _target_names(item.optional_vars):
+                    for name in target_names(item.optional_vars):
                         assigned.setdefault(name, set()).add(None)
     for name, values in assigned.items():
         if len(values) == 1:

@@ -26,7 +26,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import CallFact, last_name, ref, walk_local
+from .facts import CallFact, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import Names, Need, PerText, Words
 from .project import ClassInfo, FunctionInfo, Module
@@ -58,19 +58,19 @@ def local_aliases(node: ast.AST) -> Locals:
     for sub in walk_local(node):
         if isinstance(sub, ast.Assign):
             for t in sub.targets:
-                for name in _names(t):
+                for name in target_names(t):
                     seen.setdefault(name, set()).add(ref(sub.value) if isinstance(t, ast.Name) else None)
                     exprs.setdefault(name, []).append(sub.value if isinstance(t, ast.Name) and len(sub.targets) == 1 else None)
         elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name):
             value = ref(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value is not None else None
             seen.setdefault(sub.target.id, set()).add(value)
         elif isinstance(sub, (ast.For, ast.AsyncFor, ast.comprehension)):
-            for name in _names(sub.target):
+            for name in target_names(sub.target):
                 seen.setdefault(name, set()).add(None)
         elif isinstance(sub, (ast.With, ast.AsyncWith)):
             for item in sub.items:
                 if item.optional_vars is not None:
-                    for name in _names(item.optional_vars):
+                    for name in target_names(item.optional_vars):
                         seen.setdefault(name, set()).add(None)
         elif isinstance(sub, ast.NamedExpr):
             seen.setdefault(sub.target.id, set()).add(ref(sub.value))
@@ -99,16 +99,6 @@ def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
             break
         spelled = target + dot + rest
     return spelled
-
-
-def _names(target: ast.AST) -> Iterator[str]:
-    if isinstance(target, ast.Name):
-        yield target.id
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _names(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _names(target.value)
 
 
 # -- direction of a write -----------------------------------------------------------------------

@@ -17,7 +17,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, pattern_names, ref
+from .facts import FUNCS, pattern_names, ref, target_names
 
 ENTRY, EXIT = -1, -2
 Atom = tuple[str, bool]  # (source, polarity)
@@ -149,7 +149,7 @@ class Flow:
         return preds
 
     def _bind_targets(self, target: ast.AST, stmt: ast.AST, preds: set[int]) -> set[int]:
-        for name in _names_bound(target):
+        for name in target_names(target):
             preds = self._chain(preds, self._new("bind", stmt, name))
         # subscript/attribute targets evaluate their parts
         if isinstance(target, (ast.Attribute, ast.Subscript)):
@@ -249,7 +249,7 @@ class Flow:
             return ends | preds
         if isinstance(st, (ast.Delete,)):
             for t in st.targets:
-                for name in _names_bound(t):
+                for name in target_names(t):
                     preds = self._chain(preds, self._new("bind", st, name))
             return preds
         if isinstance(st, (ast.Import, ast.ImportFrom)):
@@ -379,16 +379,6 @@ def _consistent(atoms: tuple[Atom, ...], known: dict[str, bool], assume) -> bool
             if fixed is not None and fixed != polarity:
                 return False
     return True
-
-
-def _names_bound(target: ast.AST) -> Iterator[str]:
-    if isinstance(target, ast.Name):
-        yield target.id
-    elif isinstance(target, (ast.Tuple, ast.List)):
-        for elt in target.elts:
-            yield from _names_bound(elt)
-    elif isinstance(target, ast.Starred):
-        yield from _names_bound(target.value)
 
 
 def _assigned_names(func: ast.AST) -> set[str]:
