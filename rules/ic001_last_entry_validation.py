@@ -437,6 +437,28 @@ def require_supported(md):
 """
             },
         ),
+        # The same helper reached by keyword, and passing the value on by keyword.
+        Invalid(
+            """
+from .checks import require_supported
+
+def propose(self, groups):
+    for g in groups:
+        attn_metadata = g.build()
+    require_supported(strict=True, md=attn_metadata)
+""",
+            line=6,
+            files={
+                "checks.py": """
+def require_supported(strict, md):
+    _check_type(value=md)
+
+def _check_type(value):
+    if not isinstance(value, (FlashAttentionMetadata, TreeAttentionMetadata)):
+        raise ValueError(f"unsupported: {type(value)}")
+"""
+            },
+        ),
         # One assignment away: the first entry, then a check of it.
         Invalid(
             """
@@ -483,7 +505,7 @@ def build(self, groups):
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         summaries = view.ctx.summaries()
 
-        def is_validator(call: ast.Call, pos: int, names: tuple[str, ...]) -> bool:
+        def is_validator(call: ast.Call, pos: int | str, names: tuple[str, ...]) -> bool:
             # only metadata is reported through a helper (a helper's check has no type here)
             if not any(self.md.matches(_last(n)) for n in names):
                 return False
@@ -496,6 +518,8 @@ def build(self, groups):
             fn = summaries.function_for(sym)
             if fn is None:
                 return False
+            if isinstance(pos, str):  # passed by keyword
+                return pos in fn.facts.params and summaries.validates(fn, fn.facts.params.index(pos))
             bound = fn.facts.cls is not None and isinstance(call.func, ast.Attribute) and fn.facts.params[:1] in (["self"], ["cls"])
             return summaries.validates(fn, pos + (1 if bound else 0))
 

@@ -108,15 +108,22 @@ class Summaries:
             return True
         if depth <= 0:
             return False
+        return any(self.validates(target, at, depth - 1) for target, at in self.passed_on(fn, {name}))
+
+    def passed_on(self, fn: FunctionInfo, names: set[str]) -> Iterator[tuple[FunctionInfo, int]]:
+        """(callee, parameter index) for every call in `fn` that passes one of `names` on, by
+        position or by keyword."""
         for callee in self.callees(fn):
             target = callee.function
             if target is None:
                 continue
             offset = 1 if _is_bound_call(callee, target) else 0
             for pos, arg in enumerate(callee.call.args):
-                if arg == name and self.validates(target, pos + offset, depth - 1):
-                    return True
-        return False
+                if arg in names:
+                    yield target, pos + offset
+            for kw, arg in callee.call.kwargs.items():
+                if arg in names and kw in target.facts.params:
+                    yield target, target.facts.params.index(kw)
 
     def fields_written(self, fn: FunctionInfo, index: int, depth: int | None = None) -> frozenset[tuple[str, str, int | None]]:
         """(attribute, op, delta) of every write to an attribute of positional parameter
@@ -138,17 +145,8 @@ class Summaries:
                 if store.target in aliases:
                     out.add((store.attr, store.op, store.delta))
             if depth > 0:
-                for callee in self.callees(fn):
-                    target = callee.function
-                    if target is None:
-                        continue
-                    offset = 1 if _is_bound_call(callee, target) else 0
-                    for pos, arg in enumerate(callee.call.args):
-                        if arg in aliases:
-                            out |= self._fields_written(target, pos + offset, depth - 1, visiting)
-                    for kw, arg in callee.call.kwargs.items():
-                        if arg in aliases and kw in target.facts.params:
-                            out |= self._fields_written(target, target.facts.params.index(kw), depth - 1, visiting)
+                for target, at in self.passed_on(fn, aliases):
+                    out |= self._fields_written(target, at, depth - 1, visiting)
         return frozenset(out)
 
 

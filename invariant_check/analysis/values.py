@@ -65,7 +65,8 @@ class Finding:
 # a call that validates its argument: (call, argument position, the names the value goes by:
 # the tracked name, the local it went through, the collection it was picked from) -> bool; the
 # names let a rule skip values it does not care about before asking the project
-Validator = Callable[[ast.Call, int, tuple[str, ...]], bool]
+# (the call, the argument's position or keyword, the names the argument stands for)
+Validator = Callable[[ast.Call, "int | str", tuple[str, ...]], bool]
 
 
 @dataclass
@@ -356,7 +357,8 @@ class LastValues:
             fname = ref(call.func)
             if fname in ("isinstance", "type"):
                 continue
-            for pos, arg in enumerate(call.args):
+            passed = [*enumerate(call.args), *((kw.arg, kw.value) for kw in call.keywords if kw.arg)]
+            for pos, arg in passed:
                 origin, name, via = self._origin(arg, state)
                 if origin is None:
                     continue

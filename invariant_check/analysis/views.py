@@ -112,7 +112,7 @@ class FunctionView:
     def flow(self) -> Flow:
         return Flow(self.node)
 
-    def last_values(self, is_validator: Callable[[ast.Call, int, tuple[str, ...]], bool] | None = None) -> list[ValueFinding]:
+    def last_values(self, is_validator: Callable[[ast.Call, int | str, tuple[str, ...]], bool] | None = None) -> list[ValueFinding]:
         return LastValues(self.node, is_validator, self.source).run()
 
     def text(self, node: ast.AST) -> str:
