@@ -954,8 +954,12 @@ def _amount_text(view: FunctionView, write: FieldWrite) -> str:
     node = write.node
     if isinstance(node, ast.AugAssign):
         return view.text(node.value)
-    if isinstance(node, ast.Call) and write.kind == "set" and node.args:
-        return view.text(node.args[0])
+    if isinstance(node, ast.Call) and write.kind == "set":
+        # `x.seq_lens.add_(k)`; `torch.add(x.seq_lens, k, out=x.seq_lens)`: the operand
+        # that is not the field itself
+        operands = [a for a in node.args if not (ref(a) or "").endswith("." + write.field)]
+        if operands:
+            return view.text(operands[0])
     value = None
     if isinstance(node, ast.Call):
         value = next((kw.value for kw in node.keywords if kw.arg == write.field), None)

@@ -109,8 +109,10 @@ class DraftMetadataNotRefreshed(Rule):
       (`per_layer_attn_metadata[layer] = md`), `update`/`setdefault` on it, a call named in
       `refresh-calls` that receives it (`builder.update_draft_decode_metadata(attn_metadata)`),
       a call of a project function that passes it to one or stores into it
-      (`self._update_draft_decode_metadata(attn_metadata, num_reqs)`), or a method of the
-      metadata's own class that updates it. Entering an inner loop that refreshes it (over the
+      (`self._update_draft_decode_metadata(attn_metadata, num_reqs)`), a method of the
+      metadata's own class that updates it, or a write to a field of the metadata itself
+      (`md.seq_lens += 1` when `md` is what the forward receives: it moves with its inputs in
+      place; whether its derived fields move too is IC004's finding). Entering an inner loop that refreshes it (over the
       attention groups) counts as a refresh; so does an advance that also refreshes it.
 
     A helper that both runs the forward and advances the inputs (`_generate_draft`) is taken
@@ -189,6 +191,17 @@ class DraftMetadataNotRefreshed(Rule):
     }
 
     VALID = [
+        # The metadata the forward receives is itself advanced in place (IC004 checks that
+        # its derived fields, here `max_seq_len`, move with it).
+        Valid(
+            """
+def draft(self, common_attn_metadata, num_steps):
+    for _ in range(num_steps):
+        common_attn_metadata.seq_lens += 1
+        common_attn_metadata.max_seq_len = min(common_attn_metadata.max_seq_len + 1, self.max_model_len)
+        self.run_model(common_attn_metadata)
+"""
+        ),
         # vLLM 0.21.0: the metadata is built inside the loop, after the inputs advanced.
         Valid(
             """
@@ -701,6 +714,12 @@ class _Judge:
             return True
         if node.kind == "store" and node.name == md:
             return True  # `md[layer] = ...`, `self.md = ...`
+        if node.kind in ("store", "call") and any(
+            w.obj == md and w.kind == "set" for w in writes_at(self.flow, n, self.aliases)
+        ):
+            # the metadata's own fields moved with the inputs, in place (whether the fields
+            # derived from them moved too is IC004's question)
+            return True
         if node.kind != "call":
             return False
         call = node.node
