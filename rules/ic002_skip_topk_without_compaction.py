@@ -63,7 +63,11 @@ class SkipTopkWithoutCompaction(Rule):
     whose last name is in `forward-calls`, or a call of a project function that runs one. A
     *compaction* is the `compaction-method` called on the same model (or an owner of it), or
     a call of a project function that compacts (any module, through imports, `self`, the class
-    of `self.x`, `functools.partial` bindings, up to `helper-depth` calls deep).
+    of `self.x`, `functools.partial` bindings, up to `helper-depth` calls deep). A project
+    function compacts when it calls `compaction-method` or gathers the rows of a buffer named
+    like `topk-buffers` in place, under any name of its own: `buf[:n].copy_(buf[idx])`,
+    `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)` (also through a local alias,
+    `buf = layer.indexer.topk_indices_buffer`).
 
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
     switch under `if self.share:` pairs with a compaction under the same `if self.share:`),
@@ -97,6 +101,8 @@ class SkipTopkWithoutCompaction(Rule):
     - `forward-calls` (default `model`, `forward`, `draft_model`, `run_model`, `_run_model`):
       last names of calls that run a draft step, besides calls of the switch's receiver.
     - `helper-depth` (default 4): how many calls deep compactions and forwards are looked for.
+    - `topk-buffers` (globs, default `*topk_indices*`): attribute names of the shared top-k
+      buffers; a function that gathers one's rows in place is a compaction.
     - `entry-points` (globs, default `propose`, `forward`, `load_model`, `dummy_run`,
       `capture`, `on_*`): method names a framework calls by name, which count as reachable.
     """
@@ -116,6 +122,10 @@ class SkipTopkWithoutCompaction(Rule):
             "last names of calls that run a draft step (a forward of the draft model)",
         ),
         "helper-depth": Option(4, "how many helper calls deep compactions and forwards are looked for", int),
+        "topk-buffers": Option(
+            ["*topk_indices*"],
+            "globs for the attribute names of shared top-k buffers: a function that gathers the rows of one in place compacts",
+        ),
         "entry-points": Option(
             ["propose", "forward", "load_model", "dummy_run", "capture", "on_*"],
             "globs for method names a framework calls by name (reachable without a caller)",
@@ -123,6 +133,27 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # A compaction written out in a helper of another module, under a name of its own.
+        Valid(
+            """
+from .rows import gather_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    gather_rows(self.model.model, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            files={
+                "rows.py": """
+def gather_rows(model, idx):
+    for layer in model.layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: idx.numel()] = buf[idx]
+"""
+            },
+        ),
         # Compaction right after the switch (vLLM 0.25.0).
         Valid(
             """
@@ -365,6 +396,27 @@ def compact_rows(proposer, idx):
         ),
     ]
     INVALID = [
+        # The helper gathers another buffer (the hidden states), not the top-k indices.
+        Invalid(
+            """
+from .rows import gather_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    gather_rows(self.model.model, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=5,
+            files={
+                "rows.py": """
+def gather_rows(model, idx):
+    buf = model.hidden_states_buffer
+    buf[: idx.numel()].copy_(buf[idx])
+"""
+            },
+        ),
         # vLLM 0.24.0: no compaction at all.
         Invalid(
             """
@@ -587,6 +639,18 @@ class DraftSpeculator:
         self.forward_names = frozenset(options["forward-calls"])
         self.depth = options["helper-depth"]
         self.entry_points = Names(options["entry-points"], case_sensitive=True)
+        self.buffers = Names(options["topk-buffers"], case_sensitive=True)
+        self.compacts_key = f"compacts:{self.compaction}:{sorted(options['topk-buffers'])}"
+
+    def gathers(self, facts) -> bool:
+        """Whether a function gathers the rows of a top-k buffer in place (a compaction
+        written out, under any name)."""
+        return any(self.buffers.matches(buf.rsplit(".", 1)[-1]) for buf in facts.gathers)
+
+    def compacts(self, summaries, fn, self_cls) -> bool:
+        """Whether calling `fn` compacts: it calls `compaction-method` or gathers a top-k
+        buffer's rows, itself or in a function it calls."""
+        return summaries.reaches(fn, lambda c: c.name == self.compaction, self.compacts_key, self_cls, own=self.gathers)
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         if view.name == self.switch:
@@ -661,7 +725,7 @@ class _Window:
         if target is None:
             return None
         sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
-        compacts = self.summaries.reaches(target, lambda c: c.name == rule.compaction, f"compacts:{rule.compaction}", sub_self)
+        compacts = rule.compacts(self.summaries, target, sub_self)
         forwards = self.summaries.reaches(target, lambda c: c.name in rule.forward_names, f"forwards:{sorted(rule.forward_names)}", sub_self)
         if compacts and forwards:
             return "mixed"
@@ -789,7 +853,7 @@ class _Window:
                 method = cls.method(name)
                 if method is None:
                     continue
-                if not self.summaries.reaches(method, lambda c: c.name == self.rule.compaction, f"compacts:{self.rule.compaction}", owner):
+                if not self.rule.compacts(self.summaries, method, owner):
                     continue
                 if self._reachable(owner, cls, name):
                     return True

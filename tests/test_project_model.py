@@ -3,6 +3,7 @@ with their bases and members, instance attributes, transitive summaries across m
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
@@ -199,3 +200,34 @@ def test_relative_imports_of_sibling_modules(tmp_path, layout):
     main = project.module_at(tmp_path / "proj/main.py")
     assert project.resolve(main, "helpers.helper").kind == "function"
     assert project.resolve(main, "h").name.endswith("helpers.helper")
+
+
+@pytest.mark.parametrize(
+    "stmt, expected",
+    [
+        ("buf[:n].copy_(buf[idx])", "buf"),
+        ("layer.topk_indices_buffer[:n] = layer.topk_indices_buffer[slot_ids]", "layer.topk_indices_buffer"),
+        ("buf[:n] = buf.index_select(0, idx)", "buf"),
+        ("buf[:n].copy_(torch.index_select(buf, 0, idx))", "buf"),
+        ("buf[:n].copy_(buf[n : 2 * n])", None),  # a slice moves a block, it gathers no rows
+        ("buf[:n].copy_(other[idx])", None),  # another tensor's rows
+        ("buf.copy_(buf[idx])", None),  # the whole buffer overwritten: not rows in place
+        ("buf[0] = buf[1]", None),
+    ],
+)
+def test_a_gather_of_a_buffers_rows_in_place(stmt, expected):
+    from invariant_check.analysis.facts import gathered_buffer
+
+    assert gathered_buffer(ast.parse(stmt).body[0].value if "copy_" in stmt else ast.parse(stmt).body[0]) == expected
+
+
+def test_function_facts_name_the_gathered_buffer_through_a_local_alias():
+    from invariant_check.analysis.facts import function_facts
+
+    fn = ast.parse(
+        "def gather(model, idx):\n"
+        "    for layer in model.layers:\n"
+        "        buf = layer.indexer.topk_indices_buffer\n"
+        "        buf[: idx.numel()].copy_(buf[idx])\n"
+    ).body[0]
+    assert function_facts(fn, "gather", None).gathers == ["layer.indexer.topk_indices_buffer"]

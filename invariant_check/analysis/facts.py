@@ -117,6 +117,8 @@ class FunctionFacts:
     self_attrs: dict[str, list[str]] = field(default_factory=dict)  # attr -> [how, ref]
     validates: list[str] = field(default_factory=list)  # parameters checked by type
     imports: dict[str, list] = field(default_factory=dict)  # function-local imports
+    # buffers whose rows it gathers in place (`buf[:n].copy_(buf[idx])`), as dotted refs
+    gathers: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -299,7 +301,11 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
     )
     assigned: dict[str, set[str | None]] = {}
     self_name = params[0] if cls is not None and params else None
+    gathered: list[str] = []
     for sub in walk_local(node):
+        buf = gathered_buffer(sub)
+        if buf is not None:
+            gathered.append(buf)
         if isinstance(sub, ast.Call):
             fref = ref(sub.func)
             recv = ref(sub.func.value) if isinstance(sub.func, ast.Attribute) else None
@@ -403,7 +409,37 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
             if value is not None and name not in all_params:
                 facts.aliases[name] = value
     facts.validates = sorted(set(facts.validates))
+    for buf in dict.fromkeys(gathered):
+        head, dot, rest = buf.partition(".")
+        alias = facts.aliases.get(head)
+        facts.gathers.append(alias + dot + rest if alias else buf)
     return facts
+
+
+def gathered_buffer(node: ast.AST) -> str | None:
+    """The buffer whose rows `node` gathers in place, reading the buffer itself at an index
+    (`buf[:n].copy_(buf[idx])`, `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)`,
+    `torch.index_select(buf, 0, idx)` as the value): the ref of the buffer, else None."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "copy_" and node.args:
+        dest, value = node.func.value, node.args[0]
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+        dest, value = node.targets[0], node.value
+    else:
+        return None
+    if not isinstance(dest, ast.Subscript):
+        return None
+    buf = ref(dest.value)
+    if buf is None:
+        return None
+    if isinstance(value, ast.Subscript):
+        index = value.slice
+        read = ref(value.value) == buf and not isinstance(index, (ast.Slice, ast.Constant))
+    elif isinstance(value, ast.Call) and last_name(value.func) == "index_select":
+        on = ref(value.func.value) if isinstance(value.func, ast.Attribute) and value.func.attr == "index_select" else None
+        read = on == buf or (bool(value.args) and ref(value.args[0]) == buf)
+    else:
+        read = False
+    return buf if read else None
 
 
 def _self_attr(value: ast.AST | None) -> list | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import CallFact
+from .facts import CallFact, FunctionFacts
 from .project import UNKNOWN, ClassInfo, FunctionInfo, Project, Scope, Symbol
 
 CallTest = Callable[[CallFact], bool]
@@ -65,32 +65,37 @@ class Summaries:
         return None
 
     # -- transitive questions ------------------------------------------------------------------
-    def reaches(self, fn: FunctionInfo, test: CallTest, key: str, self_cls: ClassInfo | None = None) -> bool:
-        """Whether `fn`, or a function it calls (transitively), makes a call that passes `test`.
-        `key` names the test for memoisation."""
+    def reaches(
+        self,
+        fn: FunctionInfo,
+        test: CallTest,
+        key: str,
+        self_cls: ClassInfo | None = None,
+        own: Callable[[FunctionFacts], bool] | None = None,
+    ) -> bool:
+        """Whether `fn`, or a function it calls (transitively), makes a call that passes `test`
+        (or, with `own`, has facts that pass `own`). `key` names the tests for memoisation."""
         memo_key = (fn.module.path, fn.qual, self_cls.name if self_cls else None, key)
         return self.project.tracker.memo(
-            self._memo, memo_key, lambda: self._reaches(fn, test, key, self_cls, self.depth, set())
+            self._memo, memo_key, lambda: self._reaches(fn, test, own, self_cls, self.depth, set())
         )
 
-    def _reaches(self, fn, test, key, self_cls, depth, visiting) -> bool:
+    def _reaches(self, fn, test, own, self_cls, depth, visiting) -> bool:
         # not memoised inside: a result cut short by a cycle holds only for this question
         ident = (fn.module.path, fn.qual)
         if ident in visiting:
             return False
         visiting.add(ident)
-        found = False
-        for callee in self.callees(fn, self_cls):
-            if test(callee.call):
-                found = True
-                break
+        found = own is not None and own(fn.facts)
+        if not found:
+            found = any(test(callee.call) for callee in self.callees(fn, self_cls))
         if not found and depth > 0:
             for callee in self.callees(fn, self_cls):
                 target = callee.function
                 if target is None:
                     continue
                 sub_self = self_cls if _same_instance(callee.call) else target.owner()
-                if self._reaches(target, test, key, sub_self, depth - 1, visiting):
+                if self._reaches(target, test, own, sub_self, depth - 1, visiting):
                     found = True
                     break
         visiting.discard(ident)
