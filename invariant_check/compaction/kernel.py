@@ -165,8 +165,10 @@ def launch(
             compiled = _compiled.get(key)
             if compiled is not None:
                 # Same positional arguments as JITFunction.run passes; the launcher
-                # flattens the tuples and drops the constexprs itself.
-                compiled[grid](group, strides, widths, row_ids, rid_stride, n, len(group), bw, ch)
+                # flattens the tuples and drops the constexprs itself. A compiled
+                # kernel's launcher reads all three grid dimensions (JITFunction.run
+                # pads the grid; here it is given whole).
+                compiled[(grid[0], 1, 1)](group, strides, widths, row_ids, rid_stride, n, len(group), bw, ch)
                 continue
         compiled = compact_rows_kernel[grid](
             group, strides, widths, row_ids, rid_stride, n,
