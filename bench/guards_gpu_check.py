@@ -1,6 +1,6 @@
 """GPU check for the runtime guards: one prepared script for a machine with a CUDA device.
 
-Not yet run on a GPU (written on a CPU-only machine; see docs/guards.md). Needs torch with CUDA
+Run on an NVIDIA H200 (docs/benchmarks.md, "On a GPU"). Needs torch with CUDA
 and this repository (installed, or run from the repo root); the vLLM GPU build is not assumed:
 the guarded objects are stand-ins shaped like vLLM's (their method names, buffers and metadata
 fields). Exits 0 when every check passes, 1 on any failure, 2 without a CUDA device.
