@@ -27,6 +27,8 @@ metadata-coherence (stand-in v1 proposer whose build/propose are wrapped like vL
  9. INVARIANT_CHECK_GUARDS_SYNC=eager: the stale max_seq_len raised at the build;
 10. pad-tail: idx_mapping left stale past the real requests (0.24 shape) reported at the next
     proposal, the 0.32 shape (fill -1) quiet, no sync.
+11. overhead (CUDA only, printed as TIME lines, not checked): a draft proposal with every guard
+    on against none, for metadata-coherence (256 requests) and topk-layout.
 """
 
 from __future__ import annotations
@@ -278,6 +280,64 @@ def main() -> int:
         for _ in range(reuse):
             with_qsl(list(range(5)), lambda: m(tokens[:4]))
 
+    def measure_overhead(proposals=300):
+        """Wall time of a draft proposal (two advance+build draft steps, then the next
+        proposal's read-back) with every guard on against no guard, synchronised at both ends,
+        on a batch of 256 requests; and of a topk-layout proposal (step 0, compaction, two
+        reusing steps). Medians over `proposals` runs after 20 warm-up runs."""
+        import statistics
+        import time
+
+        n_req, width = 256, 64
+        seqs = [100 + (i * 37) % 900 for i in range(n_req)]
+        tab = [[(i * width + j) % 4096 for j in range(width)] for i in range(n_req)]
+
+        def big_prepare(p):
+            cad = Metadata(seqs, tab, p.block_size)
+            p.positions = torch.tensor([q - 1 for q in seqs], dtype=torch.int64, device=dev)
+            cad.seq_lens -= 1
+            cad.seq_lens_cpu_upper_bound -= 1
+            cad.max_seq_len -= 1
+            return cad
+
+        def timed(run, setup, guarded):
+            if guarded:
+                install("raise")
+            else:
+                patcher.uninstall()
+            times = []
+            for i in range(proposals + 20):
+                state = setup()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                run(state)
+                torch.cuda.synchronize()
+                if i >= 20:
+                    times.append(time.perf_counter() - t0)
+            return statistics.median(times) * 1e6
+
+        def coherence_proposal(state):
+            p, cad = state
+            draft_steps(p, cad, steps=3)
+            p.propose()
+
+        def coherence_setup():
+            p = Proposer()
+            return p, big_prepare(p)
+
+        m = Predictor()
+
+        def topk_proposal(_state):
+            proposal(m, good)
+            m.set_skip_topk(False)
+
+        for label, run, setup in (("metadata-coherence, 256 requests, 2 draft steps + read-back", coherence_proposal, coherence_setup),
+                                  ("topk-layout, step 0 + compaction + 2 reusing steps", topk_proposal, lambda: None)):
+            off = timed(run, setup, False)
+            on = timed(run, setup, True)
+            print(f"TIME {label}: guards off {off:.1f} us, on {on:.1f} us, overhead {on - off:.1f} us per proposal")
+        patcher.uninstall()
+
     # 1. eager, correct
     try:
         rep = install("raise")
@@ -465,6 +525,16 @@ def main() -> int:
     except Exception:
         traceback.print_exc()
         check("pad-tail", False)
+
+    # 11. overhead (a measurement, not a check; CUDA only)
+    if smoke:
+        skip("overhead")
+    else:
+        try:
+            measure_overhead()
+        except Exception:
+            traceback.print_exc()
+            check("overhead measurement ran", False)
 
     patcher.uninstall()
     print(f"\n{'OK' if not failures else 'FAILED: ' + ', '.join(failures)}")
