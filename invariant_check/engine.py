@@ -170,6 +170,7 @@ class Engine:
         buffer); the project's other files still come from disk."""
         self._sources.clear()
         self._sources.update((Path(os.path.abspath(p)), data) for p, data in (sources or {}).items())
+        self.project.forget_file_states()
         paths = list(dict.fromkeys(_absolute(p) for p in files))
         for path, data in self._sources.items():
             self.project.module_at(path, data)
