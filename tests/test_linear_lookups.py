@@ -181,6 +181,7 @@ def test_a_chunk_shifted_to_its_lines_parses_as_one_padded_to_them(monkeypatch):
         monkeypatch.setattr(O, "_MAX_PAD_LINES", 10**9)
         padded = parse_chunk(text, chunk)
         monkeypatch.setattr(O, "_MAX_PAD_LINES", 0)
+        monkeypatch.setattr(O, "_PAD_PER_LINE", 0)
         shifted = parse_chunk(text, chunk)
         dump = lambda stmts: [ast.dump(s, include_attributes=True) for s in stmts]  # noqa: E731
         assert dump(shifted[0]) == dump(padded[0]) and dump(shifted[1]) == dump(padded[1]), chunk

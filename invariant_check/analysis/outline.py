@@ -443,7 +443,8 @@ def _split_class(text: str, outline: Outline, cls: Chunk, strings, starts) -> No
 # -- parsing ---------------------------------------------------------------------------------
 
 
-_MAX_PAD_LINES = 2000
+_MAX_PAD_LINES = 2000  # blank lines always cheap enough to parse
+_PAD_PER_LINE = 100  # blank lines per line of the chunk beyond which its nodes are shifted
 
 
 def _shift_lines(tree: ast.AST, n: int) -> None:
@@ -466,12 +467,15 @@ def parse_chunk(text: str, chunk: Chunk, filename: str = "<lint>") -> tuple[list
     follows the class in a class's last method chunk."""
     src = text[chunk.start : chunk.end] + chunk.filler
     wrapped = chunk.parent is not None
-    # blank lines in front give the parser the file's line numbers (cheaper than shifting
-    # every node afterwards, up to a few thousand lines: past that, tokenizing them would make
-    # parsing every chunk of a long file quadratic in its length, so the nodes are shifted);
-    # a method chunk sits in an `if 1:` at the class body's level
+    # blank lines in front give the parser the file's line numbers: cheaper than shifting
+    # every node afterwards (a blank line costs the tokenizer about a hundredth of what a
+    # line of code costs to shift), unless they far outnumber the chunk's own lines; then,
+    # parsing each of many small chunks of a long file would be quadratic in its length. A
+    # method chunk sits in an `if 1:` at the class body's level.
     pad = chunk.line - 1 - (1 if wrapped else 0)
-    shift = pad if pad > _MAX_PAD_LINES else 0
+    shift = 0
+    if pad > _MAX_PAD_LINES and pad > _PAD_PER_LINE * (text.count("\n", chunk.start, chunk.end) + 1):
+        shift = pad
     if wrapped:
         src = "if 1:\n" + src
     src = "\n" * (pad - shift) + src

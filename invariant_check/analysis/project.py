@@ -663,12 +663,13 @@ class Project:
         self._listing = listing
         self._digest = digest
         self.modules: dict[Path, Module] = {}
+        self._by_str: dict[str, Module] = {}  # the same, by the path as a dependency names it
         self._root_of: dict[Path, Path] = {}
         self._by_name: dict[tuple, Path | None] = {}
         self._lookup_deps: dict[tuple, frozenset] = {}
         self._classes: dict[tuple[Path, str], ClassInfo] = {}
         self._files: list[Path] | None = None
-        self._contains: dict[str, list[Path]] = {}
+        self._contains: dict[str, tuple[list[Path], tuple[str, ...]]] = {}  # word -> files, as noted
         # whole-word questions about the project's files (see `files_containing`)
         self._known_digests: dict[Path, str | None] = {}
         self._words_asked = 0
@@ -751,9 +752,14 @@ class Project:
             mod = Module(self, path, name if origin != "project" and name else self.module_name(path), data)
             mod.origin = origin
             self.modules[path] = mod
+            self._by_str[str(path)] = mod
         elif data is not None and mod._data is None:
             mod._data = data
         return mod
+
+    def loaded(self, path: str) -> Module | None:
+        """The module loaded from this path (as a dependency names it), if any."""
+        return self._by_str.get(path)
 
     def find_module(self, name: str, near: "Module | None" = None, probe: bool = False) -> Module | None:
         """A module by its dotted name, as `near` imports it: from the project, else from
@@ -809,9 +815,15 @@ class Project:
         on either side in the bytes)."""
         got = self._contains.get(word)
         if got is None:
-            got = self._contains[word] = self._containing(word)
-        self.tracker.note(("word", word, tuple(sorted(str(p) for p in got))))
-        return got
+            found = self._containing(word)
+            got = self._contains[word] = (found, tuple(sorted(str(p) for p in found)))
+        self.tracker.note(("word", word, got[1]))
+        return got[0]
+
+    def files_containing_noted(self, word: str) -> tuple[str, ...]:
+        """`files_containing(word)` as a dependency records it: sorted path strings."""
+        self.files_containing(word)
+        return self._contains[word][1]
 
     def _containing(self, word: str) -> list[Path]:
         # The first few words are searched for file by file (a byte search, then a regex where
