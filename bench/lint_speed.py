@@ -374,13 +374,20 @@ def _ic005_loops(i: int) -> str:
 
 
 def _ic001_loops(i: int) -> str:
-    check = ("    if not isinstance(attn_metadata, FlashAttentionMetadata):\n        raise ValueError('unsupported')\n"
-             if i % 2 else
-             "        if not isinstance(attn_metadata, FlashAttentionMetadata):\n            raise ValueError('unsupported')\n")
+    # the metadata of every group is handed on (returned), the type checked after the loop
+    # (a finding) or in it (fixed)
+    check = "if not isinstance(attn_metadata, FlashAttentionMetadata):\n{pad}    raise ValueError('unsupported')\n"
+    inside = check.format(pad="        ") if i % 2 == 0 else ""
+    after = check.format(pad="    ") if i % 2 else ""
     return (f"def build_{i}(self, groups):\n"
+            f"    per_layer = {{}}\n"
             f"    for group in groups:\n"
-            f"        attn_metadata = group.build()\n{check}"
-            f"    return attn_metadata\n")
+            f"        attn_metadata = group.build()\n"
+            f"{'        ' + inside if inside else ''}"
+            f"        for name in group.layer_names:\n"
+            f"            per_layer[name] = attn_metadata\n"
+            f"{'    ' + after if after else ''}"
+            f"    return per_layer\n")
 
 
 # name -> (what a candidate is, the file's head, one candidate's code)
