@@ -280,20 +280,36 @@ def select(mods: dict[str, ModuleRec], vocab: Vocabulary) -> dict[tuple[str, str
     return chosen
 
 
-def _writes_or_copies(fn: ast.AST) -> bool:
+def _writes_or_copies(fn: ast.AST, skip_self: bool = False) -> bool:
+    """Whether a function writes a field of an object it is given (`md.f = v`, `md.f += k`,
+    `md.f[:n] = v`, `md.f.add_(k)`) or copies one (`replace(md, ...)`, `md.replace(...)`,
+    `copy.copy(md)`); with `skip_self`, not counting `self`."""
     params = {p.arg for p in _params(fn)}
+    if skip_self:
+        params -= {"self", "cls"}
+
+    def given(node: ast.AST) -> bool:
+        while isinstance(node, (ast.Subscript, ast.Attribute)):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in params
+
     for sub in ast.walk(fn):
         if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
             for t in targets:
                 while isinstance(t, ast.Subscript):
                     t = t.value
-                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id in params:
+                if isinstance(t, ast.Attribute) and given(t.value):
                     return True
         if isinstance(sub, ast.Call):
-            name = sub.func.attr if isinstance(sub.func, ast.Attribute) else sub.func.id if isinstance(sub.func, ast.Name) else None
-            if name in ("replace", "copy", "deepcopy", "copy_", "add_", "fill_"):
+            func = sub.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in ("add_", "sub_", "copy_", "fill_", "masked_fill_", "clamp_") and isinstance(func, ast.Attribute) and isinstance(func.value, (ast.Attribute, ast.Subscript)) and given(func.value):
                 return True
+            if name in ("replace", "copy", "deepcopy"):
+                src = func.value if isinstance(func, ast.Attribute) and name == "replace" and not (isinstance(func.value, ast.Name) and func.value.id in ("dataclasses", "copy")) else (sub.args[0] if sub.args else None)
+                if src is not None and given(src):
+                    return True
     return False
 
 
@@ -383,7 +399,9 @@ def emit_class(rec: ClassRec, kind: str, vocab: Vocabulary) -> ast.ClassDef:
     body = []
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            if stmt.name in keep_whole or _is_property(stmt):
+            # whole: the switch and compaction methods, properties, and methods that write a
+            # field of an object they are given or copy one (what summaries follow)
+            if stmt.name in keep_whole or _is_property(stmt) or (stmt.name != "__init__" and _writes_or_copies(stmt, skip_self=True)):
                 body.append(stmt)
             elif stmt.name == "__init__":
                 body.append(_init_stores(stmt))

@@ -134,6 +134,7 @@ class ClassFacts:
     attrs: dict[str, str | None]  # class-body bindings: name -> ref of the value
     methods: list[str]
     fields: list[str]  # annotated class-body names (dataclass fields)
+    types: dict[str, str] = field(default_factory=dict)  # annotated name -> the class it declares
 
 
 @dataclass
@@ -234,6 +235,7 @@ def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
 def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> ClassFacts:
     attrs: dict[str, str | None] = {}
     fields: list[str] = []
+    types: dict[str, str] = {}
     names = set(methods)
     for st in node.body:
         if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
@@ -246,6 +248,9 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
             fields.append(st.target.id)
             if st.value is not None:
                 attrs[st.target.id] = ref(st.value)
+            declared = annotation_ref(st.annotation)
+            if declared:
+                types[st.target.id] = declared
     return ClassFacts(
         qual=qual,
         line=node.lineno,
@@ -253,6 +258,7 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
         attrs=attrs,
         methods=sorted(names),
         fields=fields,
+        types=types,
     )
 
 
@@ -446,6 +452,11 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                             how = _self_attr(value)
                             if how is not None:
                                 facts.self_attrs.setdefault(t.attr, how)
+                    if self_name is not None and tref == self_name and isinstance(sub, ast.AnnAssign):
+                        # `self.x: Cls | None = None`: the declared class wins
+                        declared = annotation_ref(sub.annotation)
+                        if declared:
+                            facts.self_attrs[t.attr] = ["new", declared]
                 elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and isinstance(sub, ast.AugAssign):
                     # `x.seq_lens[:n] += 1`
                     holder = t.value
@@ -513,7 +524,8 @@ def gathered_buffer(node: ast.AST) -> str | None:
 
 
 def _self_attr(value: ast.AST | None) -> list | None:
-    """How `self.x = value` binds x: a new instance, a function, a partial of one."""
+    """How `self.x = value` binds x: a new instance, a function, a partial of one, a copy of
+    another object (`copy.copy(md)`, `md.replace(...)`: of its class)."""
     if isinstance(value, ast.Call):
         fn = ref(value.func)
         if fn is None:
@@ -521,6 +533,12 @@ def _self_attr(value: ast.AST | None) -> list | None:
         if last_name(value.func) == "partial" and value.args:
             inner = ref(value.args[0])
             return ["partial", inner] if inner else None
+        if fn in ("copy.copy", "copy.deepcopy", "copy", "deepcopy", "replace", "dataclasses.replace") and value.args:
+            src = ref(value.args[0])
+            return ["copy", src] if src else None
+        if last_name(value.func) == "replace" and isinstance(value.func, ast.Attribute) and fn != "dataclasses.replace":
+            src = ref(value.func.value)
+            return ["copy", src] if src else None
         return ["new", fn]
     r = ref(value)
     return ["ref", r] if r else None

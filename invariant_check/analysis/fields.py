@@ -47,13 +47,16 @@ def variants(field: str) -> frozenset[str]:
 
 class Locals(dict):
     """`local_aliases`' answer: name -> dotted value; `values` holds every name bound exactly
-    once by a plain assignment, with its expression (`new = cad.seq_lens + 1`)."""
+    once by a plain assignment, with its expression (`new = cad.seq_lens + 1`); `copies`,
+    every such name bound to a copy of another object (`new = copy.copy(md)`: `md`)."""
 
     values: dict[str, ast.AST]
+    copies: dict[str, str]
 
 
-def local_aliases(node: ast.AST) -> Locals:
-    """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`."""
+def local_aliases(node: ast.AST, view=None) -> Locals:
+    """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`. With
+    the function's `view`, copies made by project helpers are resolved too."""
     seen: dict[str, set[str | None]] = {}
     exprs: dict[str, list[ast.AST | None]] = {}
     for sub in walk_local(node):
@@ -86,7 +89,25 @@ def local_aliases(node: ast.AST) -> Locals:
         for name, found in exprs.items()
         if len(found) == 1 and found[0] is not None and len(seen.get(name, ())) == 1
     }
+    out.copies = {}
+    resolve = (lambda call: resolve_call(view, call)[1]) if view is not None else None
+    summaries = view.ctx.summaries() if view is not None else None
+    for name, value in out.values.items():
+        made = copy_of(value, out, resolve, summaries)
+        if made is not None and made.source != name:
+            out.copies[name] = made.source
     return out
+
+
+def copied_from(name: str, aliases: dict[str, str]) -> str:
+    """The object a local copy was made from, through copies of copies (`name` itself when it
+    is no copy)."""
+    copies = getattr(aliases, "copies", None) or {}
+    seen = {name}
+    while name in copies and copies[name] not in seen:
+        name = copies[name]
+        seen.add(name)
+    return name
 
 
 def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
@@ -128,10 +149,18 @@ def added(op: ast.operator, amount: ast.AST) -> int | None:
 
 
 def _same(node: ast.AST, old: str, aliases: dict[str, str]) -> bool:
-    """`node` is `old` itself or a slice of it (`x.a[:n]`)."""
+    """`node` is `old` itself or a slice of it (`x.a[:n]`), also read from the object a copy
+    was made from (`new = copy.copy(md)`: `md.a` is `new.a` until one of them is written)."""
     if isinstance(node, ast.Subscript):
         node = node.value
-    return canonical(ref(node), aliases) == old
+    spelled = canonical(ref(node), aliases)
+    if spelled == old:
+        return True
+    copies = getattr(aliases, "copies", None)
+    if copies and spelled is not None:
+        head, _, fld = old.rpartition(".")
+        return copies.get(head) is not None and spelled == f"{copies[head]}.{fld}"
+    return False
 
 
 def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int | None:
@@ -596,6 +625,33 @@ def callers(view, fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
                     continue
                 for sub in walk_local(node):
                     if isinstance(sub, ast.Call) and (sub.lineno, sub.col_offset) in hits:
+                        out.append(CallSite(caller, node, sub))
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def inherited_callers(fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
+    """Where the bases of `fn`'s class call, on `self`, the method `fn` overrides: at run time
+    those calls run `fn` (vLLM's `propose()` calling `self._update_...(...)` that a plugin
+    overrides). Bases outside the project count (read from the environment or the models)."""
+    owner = fn.owner()
+    if owner is None:
+        return []
+    target = f"self.{fn.short}"
+    out: list[CallSite] = []
+    for base in owner.classes()[1:]:
+        module = base.module
+        for chunk in module.class_chunks(base.qual):
+            for facts in module.chunk_facts(chunk).functions.values():
+                if facts.cls != base.qual or not any(c.ref == target for c in facts.calls):
+                    continue
+                caller = FunctionInfo(module, facts)
+                node = caller.node()
+                if node is None:
+                    continue
+                for sub in walk_local(node):
+                    if isinstance(sub, ast.Call) and ref(sub.func) == target:
                         out.append(CallSite(caller, node, sub))
                 if len(out) >= limit:
                     return out

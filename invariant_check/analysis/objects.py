@@ -216,11 +216,16 @@ def carries(
     summaries: Summaries | None = None,
 ) -> bool:
     """Whether binding a name to `value` keeps the old values of `fields`: `value` names
-    another object (an alias) or copies one without giving those fields anew."""
+    another object (an alias, an entry of a container) or copies one without giving those
+    fields anew."""
     if value is None:
         return False
     if ref(value) is not None and not isinstance(value, ast.Call):
         return True
+    if _entries(value):
+        return True  # an entry of a container: an object that already existed
+    if isinstance(value, ast.IfExp):
+        return carries(value.body, fields, aliases, resolve, summaries) and carries(value.orelse, fields, aliases, resolve, summaries)
     got = copy_of(value, aliases, resolve, summaries)
     return got is not None and not (got.given & fields)
 
@@ -313,3 +318,25 @@ def _entries(value: ast.AST) -> list[str]:
         if name in ("next", "iter", "list", "tuple") and value.args:
             return _entries(value.args[0])
     return []
+
+
+# -- functools.partial -------------------------------------------------------------------------------
+
+
+def partials(node: ast.AST) -> dict[str, ast.Call]:
+    """Local names bound once to `functools.partial(f, *args, **kw)` (or `partial(...)`)."""
+    out: dict[str, ast.Call] = {}
+    for name, value in _single_bindings(node).items():
+        if isinstance(value, ast.Call) and last_name(value.func) == "partial" and value.args:
+            out[name] = value
+    return out
+
+
+def through_partial(call: ast.Call, bound: dict[str, ast.Call]) -> ast.Call:
+    """The call a call of a partial makes: `run()` with `run = partial(self.model, n, md)` is
+    `self.model(n, md)`; the original call when it calls no partial."""
+    if not (isinstance(call.func, ast.Name) and call.func.id in bound):
+        return call
+    p = bound[call.func.id]
+    made = ast.Call(func=p.args[0], args=list(p.args[1:]) + list(call.args), keywords=list(p.keywords) + list(call.keywords))
+    return ast.copy_location(made, call)

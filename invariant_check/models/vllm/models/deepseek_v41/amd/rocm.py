@@ -13,6 +13,13 @@ from vllm.v1.kv_cache_interface import KVCacheSpec
 import torch
 
 
+class DeepseekV41ROCMAiterMLASparseMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config: VllmConfig, kv_cache_spec: KVCacheSpec) -> AttentionCGSupport:
+        ...
+
+
 class DeepseekV41ROCMAiterSparseSWAMetadataBuilder(DeepseekV41SparseSWAMetadataBuilder):
 
     @classmethod

@@ -10,6 +10,10 @@ from vllm.v1.attention.backend import CommonAttentionMetadata
 import torch
 
 
+class DeepseekV4FlashInferSparseMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
+
+
 class DeepseekSparseSWAFlashInferMetadataBuilder(DeepseekV41SparseSWAMetadataBuilder):
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
 
@@ -25,4 +29,13 @@ class DeepseekSparseSWAFlashInferMetadataBuilder(DeepseekV41SparseSWAMetadataBui
         ...
 
     def _fill_noncausal_decode_lens(self, metadata: 'DeepseekSparseSWAMetadata') -> None:
-        ...
+        num_tokens = metadata.num_decode_tokens
+        assert metadata.decode_swa_lens is not None
+        assert metadata.seq_lens is not None
+        assert metadata.token_to_req_indices is not None
+        topk_lens = self._decode_topk_lens[:num_tokens]
+        seq_lens = self._decode_seq_lens[:num_tokens]
+        torch.clamp(metadata.decode_swa_lens, min=self.window_size, out=topk_lens)
+        torch.index_select(metadata.seq_lens, 0, metadata.token_to_req_indices[:num_tokens], out=seq_lens)
+        metadata.flashinfer_decode_topk_lens = topk_lens
+        metadata.flashinfer_decode_seq_lens = seq_lens

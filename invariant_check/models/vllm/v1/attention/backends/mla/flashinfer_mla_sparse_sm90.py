@@ -6,6 +6,47 @@ from vllm.v1.attention.backends.mla.flashinfer_mla_sparse import FlashInferMLASp
 import torch
 
 
+class _SM90State:
+
+    def __init__(self, device: torch.device, num_heads: int, kv_dtype: torch.dtype, max_tokens: int, topk_width: int, kv_lora_rank: int, qk_rope_head_dim: int, sm_scale: float, index_topk: int, index_kpool: int) -> None:
+        self.workspace = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.device = device
+        self.num_heads = num_heads
+        self.kv_dtype = kv_dtype
+        self.max_tokens = max_tokens
+        self.topk_width = topk_width
+        self.kv_lora_rank = kv_lora_rank
+        self.qk_rope_head_dim = qk_rope_head_dim
+        self.sm_scale = sm_scale
+        self.index_topk = index_topk
+        self.index_kpool = max(index_kpool, 1)
+        self.max_valid = min(self.index_topk + self.index_kpool - 1, topk_width)
+        self.kv_indices = torch.zeros(max_tokens * topk_width, dtype=torch.int32, device=device)
+        self.kv_len_arr = torch.full((max_tokens,), topk_width, dtype=torch.int32, device=device)
+        self.kv_indptr = torch.zeros(max_tokens + 1, dtype=torch.int32, device=device)
+        self.wrapper = BatchMLAPagedAttentionWrapper(self.workspace, qo_indptr=torch.zeros(max_tokens + 1, dtype=torch.int32, device=device), kv_indptr=self.kv_indptr, kv_indices=self.kv_indices, kv_len_arr=self.kv_len_arr, use_cuda_graph=True, backend='fa3')
+        self._arange_cpu = torch.arange(self.max_tokens + 1, dtype=torch.int32)
+        self._qo_cpu = torch.empty(self.max_tokens + 1, dtype=torch.int32)
+        self._kv_cpu = torch.empty(self.max_tokens + 1, dtype=torch.int32)
+        self._lens_cpu = torch.full((self.max_tokens,), self.topk_width, dtype=torch.int32)
+        self._saved_kv_end = torch.empty(0, dtype=torch.int32, device=device)
+        self._planned_num_tokens = -1
+        self._int_ws: torch.Tensor | None = None
+        self._plan_offsets: tuple[int, int, int, int] | None = None
+
+    def plan(self, num_tokens: int, kv_lens: torch.Tensor, cam: CommonAttentionMetadata | None, req_id_per_token: torch.Tensor | None) -> None:
+        ...
+
+    def _plan(self, num_tokens: int, kv_lens: torch.Tensor) -> None:
+        ...
+
+    def _clamp_kv_end(self, cam: CommonAttentionMetadata, req_id_per_token: torch.Tensor) -> None:
+        ...
+
+    def pack_indices(self, topk_slots: torch.Tensor) -> None:
+        ...
+
+
 class FlashInferMLASparseSM90Builder(FlashInferMLASparseMetadataBuilder):
     metadata_cls = FlashInferMLASparseSM90Metadata
 
