@@ -69,10 +69,20 @@ def _guarded(func, /, *args, **kwargs):
         _quiet_stdout()
         sys.exit(EXIT_ERROR)
     except Exception as exc:
-        if os.environ.get("INVARIANT_CHECK_DEBUG"):
+        if _debug():
             raise
         detail = " ".join(str(exc).split())
         _fail(f"internal error: {type(exc).__name__}" + (f": {detail}" if detail else ""))
+
+
+def _debug() -> bool:
+    from .envvars import EnvError, get
+
+    try:
+        return bool(get("INVARIANT_CHECK_DEBUG"))
+    except EnvError as exc:
+        click.echo(f"invariant-check: warning: {exc}", err=True)
+        return False
 
 
 def _quiet_stdout() -> None:
