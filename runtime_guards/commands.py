@@ -185,19 +185,22 @@ def report_command(directory: str, fmt: str) -> None:
     Exit codes: 0 no violation, 1 violations, 2 a bad DIRECTORY or no records at all (the guards
     were not on, or wrote elsewhere).
     """
-    from .reporting import ReportDirError, load_records, report_files, summarize
+    from .reporting import ReportDirError, load_report, report_files, summarize
 
     try:
         files = report_files(directory)
-        records, bad = load_records(directory)
+        data = load_report(directory)
     except ReportDirError as exc:
         click.echo(f"invariant-check: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    records, bad = data.records, data.unparsable
     if not records:
         click.echo(f"invariant-check: error: {NO_RECORDS} ({directory}: {len(files)} report file(s), "
-                   f"{len(bad)} unparsable line(s))", err=True)
+                   f"{len(bad)} unparsable line(s), {len(data.malformed)} malformed record(s))", err=True)
+        for line in data.malformed[:5]:
+            click.echo(f"invariant-check: malformed record: {line}", err=True)
         sys.exit(EXIT_ERROR)
-    summary = summarize(records, bad, files=len(files))
+    summary = summarize(records, bad, files=len(files), malformed=data.malformed)
     if fmt == "json":
         out = dict(summary)
         out["records"] = [r for r in records if r.get("kind") != "patched"]
@@ -210,7 +213,14 @@ def report_command(directory: str, fmt: str) -> None:
             label = "VIOLATION" if g["kind"] == "violation" else "GUARD ERROR"
             click.echo(f"  {label} {g['guard']}/{g['invariant']}: {g['count']}x in pid(s) "
                        f"{', '.join(map(str, g['pids']))}")
-            click.echo(f"    first (pid {g['first_pid']}, {g['first_site']}): {g['first_message']}")
+            site = g["first_site"] if isinstance(g["first_site"], str) and g["first_site"] else "unknown site"
+            click.echo(f"    first (pid {g['first_pid']}, {site}): {g['first_message']}")
         if bad:
             click.echo(f"  {len(bad)} unparsable line(s): {', '.join(bad[:5])}")
+        if data.malformed:
+            click.echo(f"  {len(data.malformed)} malformed record(s), not counted:")
+            for line in data.malformed[:5]:
+                click.echo(f"    {line}")
+            if len(data.malformed) > 5:
+                click.echo(f"    ... and {len(data.malformed) - 5} more (--format json lists all)")
     sys.exit(EXIT_VIOLATIONS if summary["violations"] else EXIT_CLEAN)

@@ -91,7 +91,7 @@ def test_lines_that_are_not_utf8_or_not_json_are_counted_not_fatal(tmp_path):
     with open(path, "ab") as fh:
         fh.write(b"\xc3\x28 invalid utf-8\n")  # not UTF-8
         fh.write(b"[1, 2]\n")  # JSON, not a record
-        fh.write(b'{"kind": "violation", "pid": [1], "guard": 3, "timestamp": "x"}\n')  # odd field types
+        fh.write(b'{"kind": "violation", "pid": 7, "guard": "g", "invariant": "i", "message": "m", "timestamp": "x"}\n')
     for fmt in ("text", "json"):
         res = CliRunner().invoke(report_command, [str(tmp_path), "--format", fmt])
         assert res.exception is None or isinstance(res.exception, SystemExit), res.exception
@@ -100,6 +100,62 @@ def test_lines_that_are_not_utf8_or_not_json_are_counted_not_fatal(tmp_path):
     assert data["unparsable_lines"] == [f"{path.name}:2", f"{path.name}:3"] and data["violations"] == 2
     text = CliRunner().invoke(report_command, [str(tmp_path)]).output
     assert "2 unparsable line(s)" in text
+
+
+MALFORMED = [
+    ({"kind": "violation"}, "violation record without guard, invariant, message, pid"),
+    ({"kind": "violation", "guard": "topk-layout", "invariant": "x", "pid": 3}, "violation record without message"),
+    ({"kind": "violation", "guard": 3, "invariant": "x", "message": "m", "pid": [1]},
+     "violation record whose guard, pid are of the wrong type"),
+    ({"kind": "guard_error", "guard": None, "invariant": "guard_error", "message": "e", "pid": 3},
+     "guard_error record without guard"),
+    ({"kind": "alarm", "guard": "g", "pid": 3}, "unknown kind 'alarm' (expected violation, guard_error, patched)"),
+    ({"guard": "g", "pid": 3}, "no `kind`"),
+]
+
+
+def _raw(dir_, name, *records):
+    path = dir_ / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def test_a_record_without_its_fields_is_listed_as_malformed_never_counted(tmp_path):
+    good = {"kind": "violation", "guard": "topk-layout", "invariant": "reuse-before-compaction",
+            "message": "step 1 reads per-token rows", "pid": 12, "site": "m.P.forward", "timestamp": 2.0}
+    path = _raw(tmp_path, "invariant-check-host-12.jsonl", good, *(r for r, _ in MALFORMED))
+    res = CliRunner().invoke(report_command, [str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    assert "1 violation(s), 0 guard error(s)" in res.output
+    assert "None" not in res.output
+    assert f"{len(MALFORMED)} malformed record(s), not counted:" in res.output
+    for line, (_, why) in enumerate(MALFORMED[:5], 2):
+        assert f"{path.name}:{line}: {why}" in res.output
+    assert "and 1 more (--format json lists all)" in res.output
+    data = json.loads(CliRunner().invoke(report_command, [str(tmp_path), "--format", "json"]).output)
+    assert data["violations"] == 1 and data["processes"] == 1
+    assert data["malformed_records"] == [f"{path.name}:{i}: {why}" for i, (_, why) in enumerate(MALFORMED, 2)]
+    assert [r["message"] for r in data["records"]] == [good["message"]]
+
+
+def test_a_violation_without_a_site_prints_no_none(tmp_path):
+    _raw(tmp_path, "invariant-check-host-5.jsonl",
+         {"kind": "violation", "guard": "group-metadata", "invariant": "disallowed-type", "message": "group 0", "pid": 5})
+    res = CliRunner().invoke(report_command, [str(tmp_path)])
+    assert res.exit_code == 1 and "None" not in res.output and "unknown site" in res.output
+
+
+def test_a_report_of_malformed_records_only_exits_2(tmp_path):
+    _raw(tmp_path, "invariant-check-host-1.jsonl", {"kind": "violation"}, {"kind": "violation", "pid": 1})
+    res = CliRunner().invoke(report_command, [str(tmp_path)])
+    assert res.exit_code == 2, res.output
+    assert res.stdout == ""
+    first, *listed = res.stderr.strip().splitlines()
+    assert "no guard records" in first and "2 malformed record(s)" in first
+    assert listed == [
+        "invariant-check: malformed record: invariant-check-host-1.jsonl:1: violation record without guard, invariant, message, pid",
+        "invariant-check: malformed record: invariant-check-host-1.jsonl:2: violation record without guard, invariant, message",
+    ]
 
 
 def test_guards_with_an_invalid_variable_exits_2_with_one_line():
