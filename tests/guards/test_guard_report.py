@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -217,7 +218,9 @@ def test_guards_strict_exits_1_when_an_expected_target_is_missing(monkeypatch):
     res = CliRunner().invoke(guards_command, ["--strict"])
     assert res.exit_code == 1
     assert "MISSING" in res.stdout and "renamed_in_this_release" in res.stderr
-    assert len(res.stderr.strip().splitlines()) == 1
+    # one line for the failure, after the import progress
+    *progress, last = res.stderr.strip().splitlines()
+    assert "--strict" in last and not any("--strict" in line for line in progress)
     assert CliRunner().invoke(guards_command, []).exit_code == 0  # without --strict: listed only
     # --strict looks at the guards INVARIANT_CHECK_GUARDS enables.
     res = CliRunner().invoke(guards_command, ["--strict"], env={"INVARIANT_CHECK_GUARDS": "group-metadata"})
@@ -257,3 +260,55 @@ def test_pytest_plugin_enables_guards_and_fails_the_triggering_test(tmp_path):
     assert "FAILED test_inner.py::test_recorded_elsewhere" in on.stdout and "from a worker" in on.stdout
     off = subprocess.run(cmd + ["-k", "raises or elsewhere"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert "2 passed" in off.stdout, off.stdout[-3000:]
+
+
+def test_import_noise_is_kept_off_the_console_and_progress_goes_to_stderr(capfd):
+    from invariant_check.runtime_guards.quiet_imports import ImportNoise
+
+    with ImportNoise(show=False) as noise:
+        for i, name in enumerate(["a.one", "a.two", "a.three", "a.four", "a.five"], 1):
+            noise.progress(i, 5, name)
+            print(f"print from {name}")
+            os.write(2, f"fd-2 from {name}\n".encode())  # as C++ code writes
+            print(f"log from {name}", file=sys.stderr)  # as logging's last-resort handler writes
+    out, err = capfd.readouterr()
+    assert out == ""
+    assert "print from" not in err and "fd-2 from" not in err and "log from" not in err
+    assert err.startswith("invariant-check: importing 5 vLLM modules...\n")
+    assert "invariant-check: 4/5 imported" in err
+    assert len(noise.lines) == 15 and noise.elapsed >= 0
+    assert noise.summary(5).startswith("imported 5 vLLM module(s) in ") and "15 line(s)" in noise.summary(5)
+
+    with ImportNoise(show=True) as noise:
+        noise.progress(1, 1, "a.one")
+        print("print shown")
+        os.write(1, b"fd-1 shown\n")
+    out, err = capfd.readouterr()
+    assert out == ""  # stdout stays ours (JSON): what vLLM prints goes to stderr
+    assert "print shown" in err and "fd-1 shown" in err and noise.lines == []
+
+
+@requires_vllm
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_guards_command_reports_progress_and_time_and_keeps_vllm_output_behind_v(tmp_path):
+    from ic_support import clean_env, run_cli
+
+    quiet = run_cli("guards", cwd=tmp_path, env=clean_env())
+    assert quiet.code == 0, quiet.err[-2000:]
+    err = quiet.err.strip().splitlines()
+    assert all(line.startswith("invariant-check: ") for line in err), err  # nothing from vLLM
+    assert re.match(r"invariant-check: importing (\d+) vLLM modules\.\.\.$", err[0]), err
+    total = int(re.search(r"importing (\d+)", err[0]).group(1))
+    done = re.match(rf"invariant-check: imported {total} vLLM module\(s\) in [0-9.]+ s"
+                    r"(?:; vLLM printed (\d+) line\(s\) meanwhile \(shown with -v\))?$", err[-1])
+    assert done, err[-1]
+    printed = int(done.group(1) or 0)
+    assert re.search(rf"^checked in [0-9.]+ s \({total} vLLM modules imported in [0-9.]+ s\)$", quiet.out, re.M)
+
+    loud = run_cli("guards", "-v", "--format", "json", cwd=tmp_path, env=clean_env())
+    assert loud.code == 0, loud.err[-2000:]
+    data = json.loads(loud.out)  # stdout is the JSON document alone
+    assert data["modules_imported"] == total and data["elapsed_s"] >= data["import_s"] > 0
+    foreign = [line for line in loud.err.splitlines() if line.strip() and not line.startswith("invariant-check: ")]
+    assert len(foreign) == printed
