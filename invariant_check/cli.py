@@ -172,6 +172,9 @@ def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
     for project in projects:
         project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd, found)
     result = lint_projects(projects, settings, cwd=cwd)
+    from .config_checks import unmatched_per_file_ignores
+
+    result.warnings.extend(unmatched_per_file_ignores(projects, paths, cwd))
     result.errors.extend(found.errors)
     result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
     # a path that does not exist was never a file to check; one that cannot be read was

@@ -188,7 +188,7 @@ def lint_projects(
         merged.files_seen += result.files_seen
         merged.files_parsed += result.files_parsed
         merged.cache_hits += result.cache_hits
-        merged.warnings.extend(w for w in result.warnings if w not in merged.warnings)
+        merged.warnings.extend(w for w in [*cfg.warnings, *result.warnings] if w not in merged.warnings)
     merged.rules = [enabled[c] for c in sorted(enabled)]
     merged.findings.sort(key=Finding.sort_key)
     return merged
