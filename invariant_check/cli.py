@@ -239,30 +239,24 @@ def _rules(fmt):
 
 @main.command()
 @click.argument("rule")
-def explain(rule):
+@click.option("--format", "fmt", type=click.Choice(["auto", "terminal", "markdown"]), default="auto", show_default=True,
+              help="auto: rendered for a terminal (wrapped, paged), Markdown when piped.")
+@click.option("--no-pager", is_flag=True, help="Never page, however long the page (also: PAGER=cat).")
+def explain(rule, fmt, no_pager):
     """Print a rule's documentation and examples (RULE: code or name)."""
-    _guarded(_explain, rule)
+    _guarded(_explain, rule, fmt, not no_pager)
 
 
-def _explain(rule):
+def _explain(rule, fmt="auto", pager=True):
+    from .explain import markdown, show, unknown_rule_message
     from .registry import all_rules, resolve_code
 
     codes = resolve_code(rule)
     if len(codes) > 1:
         _fail(f"{rule!r} names several rules ({', '.join(codes)}); give one code or name")
     if not codes:
-        _fail(f"unknown rule {rule!r}; known: {', '.join(all_rules())}")
-    r = all_rules()[codes[0]]
-    click.echo(f"# {r.CODE} {r.NAME}\n\n{r.documentation()}", nl=False)
-    if r.OPTIONS:
-        click.echo("\n## Option defaults\n")
-        for key, opt in r.OPTIONS.items():
-            click.echo(f"- `{key}` = {opt.default!r}: {opt.help}")
-    for title, examples in (("Flagged", r.INVALID), ("Not flagged", r.VALID)):
-        if examples:
-            click.echo(f"\n## {title} (tested examples)\n")
-            for ex in examples[:3]:
-                click.echo("```python\n" + ex.code.strip("\n") + "\n```")
+        _fail(unknown_rule_message(rule))
+    show(markdown(all_rules()[codes[0]]), fmt, pager)
 
 
 def _add_runtime_commands() -> None:
