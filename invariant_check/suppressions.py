@@ -267,6 +267,7 @@ def _head(line: int, column: int, m: re.Match[str]) -> Directive | None:
     exact_head = not problems
     if kind is None and not exact_head:
         return None  # `# invariant check` in prose: not an attempt at a directive
+    if kind is None:
         text = m.group(0)[: head_end - start].rstrip() or m.group(0).rstrip()
         return Directive(line, column, text, "invalid",
                          problems=problems + ["no directive (expected `ignore[CODES]`, a bare `ignore` or `skip-file`)"],

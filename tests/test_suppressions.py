@@ -402,3 +402,31 @@ def test_has_marker_is_cheap_and_sound():
     assert suppressions.has_marker(b"x  # pylint: disable=IC003\n")
     assert not suppressions.has_marker(b"from invariant_check import compaction\n")
     assert not suppressions.has_marker(b"x = 'ic003'  # ignored\n")
+
+
+# -- the parser never raises, whatever a comment holds ------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_PIECES = ["#", " ", "\t", "invariant", "-", "_", "check", ":", "=", "ignore", "IGNORE", "skip-file", "skip",
+           "noqa", "NOQA", "[", "]", "(", ")", "{", "}", ",", ";", "|", "IC003", "ic003", "IC02", "*", "all",
+           "--", "reason", "type", "pylint", "disable", "\ufeff", "é", "\\", "'", '"', NAME]
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.lists(st.sampled_from(_PIECES), max_size=14))
+def test_parse_never_raises_and_quotes_what_is_there(pieces):
+    comment = "#" + "".join(pieces)
+    sups = suppressions.parse(f"x = 1  {comment}\n".encode())
+    for d in sups.all():
+        assert d.text and d.text in comment
+        assert d.kind in ("ignore", "noqa", "skip-file", "invalid")
+        assert d.kind != "invalid" or d.problems  # a comment that suppresses nothing says why
+        assert d.named is not None or (d.kind == "ignore" and not d.problems)  # only the bare form covers all
+
+
+def test_a_head_without_a_directive_is_reported(tmp_path):
+    for comment in ("# invariant-check:", "# invariant-check:\ufeff ignore[IC003]"):
+        doc = lint_doc(tmp_path, f"x = 1  {comment}\n", "--select", RULE)
+        assert [(f["rule"], f["hint"]) for f in doc["findings"]] == [("IC901", "Write `# invariant-check: ignore[CODE]`.")]
