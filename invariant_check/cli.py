@@ -48,6 +48,10 @@ def main() -> None:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when something is found (2 still means the tool failed).")
 @click.option("--quiet", "-q", is_flag=True, help="Print the findings only: no summary, no pointer to explain, no warnings.")
 @click.option("--show-source/--no-show-source", default=None, help="Print the source line with a caret [default: on for terminals].")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="Report only findings not in this baseline file, and its entries that match nothing (IC902) [default: the configuration's `baseline`].")
+@click.option("--write-baseline", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="Write the findings to FILE as a baseline (keeping its entries of files not linted) and report nothing.")
+@click.option("--no-baseline", is_flag=True, help="Ignore the configuration's `baseline`: report every finding.")
+@click.option("--add-noqa", is_flag=True, help="Add a suppression comment, with a reason to fill in, for every finding; report nothing.")
 @click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every file (for testing the prefilter).")
 def lint(**kwargs):
     """Lint PATHS (files or folders; default: the current folder; `-`: standard input)."""
@@ -93,7 +97,7 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, no_prefilter):
+def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, no_prefilter, **adoption):
     from .config import ConfigError, check_codes
     from .globs import PathGlobs
     from .projects import ProjectIndex, RunSettings, Selection
@@ -129,6 +133,15 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
             result, sources = _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd), {}
     except ConfigError as exc:
         _fail(str(exc))
+    # baselines, --write-baseline, --add-noqa (adopt.py)
+    from .adopt import BaselineError, adopt
+
+    try:
+        code = adopt(result, index.order, paths, cwd, sources, use_stdin=use_stdin, **adoption)
+    except BaselineError as exc:
+        _fail(str(exc))
+    if code is not None:
+        sys.exit(code)
 
     from .formats import render
     from .formats.text import render_errors

@@ -137,6 +137,7 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     paths_not_found: int = 0
     rules: list[Any] = field(default_factory=list)  # every rule enabled in some project
+    baselined: int | None = None  # findings a baseline held back (None: no baseline in use)
 
 
 def lint_projects(
