@@ -210,3 +210,18 @@ def test_statement_fingerprints():
     assert facts.statement(12, 1) == "y=f(a,b)"
     assert facts.statement(12, 16) == "# invariant-check: ignore[IC001]"  # a finding on the comment
     assert normalize("f( a,\n   b, )") == normalize("f(a, b)")
+
+
+def test_each_configuration_applies_its_own_baseline(tmp_path):
+    bad = "import torch.nn as nn\n\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "pyproject.toml").write_text(f'[tool.invariant-check]\nbaseline = "{BASELINE}"\n')
+        (tmp_path / name / "m.py").write_text(bad)
+        assert lint(tmp_path / name, "--write-baseline", BASELINE, ".").code == 0
+    assert json.loads((tmp_path / "a" / BASELINE).read_text())["entries"][0]["path"] == "m.py"
+    code, doc = lint_json(tmp_path, "a", "b")  # one run, two configurations, two baselines
+    assert code == 0 and doc["summary"]["baselined"] == 2
+    (tmp_path / "b" / "m.py").write_text("x = 1\n")
+    code, doc = lint_json(tmp_path, "a", "b")
+    assert found(doc) == [(f"b/{BASELINE}", "IC902", 6)] and doc["summary"]["baselined"] == 1
