@@ -13,7 +13,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from .registry import all_rules, resolve_code
+from .registry import all_rules, padded_code, resolve_code
 
 TABLE = "invariant-check"
 KNOWN_KEYS = {
@@ -263,7 +263,8 @@ def did_you_mean(words: list[str], pool) -> str:
     found = []
     for word in words:
         key = word.lower().replace("_", "-")
-        hit = norm.get(key) or next((norm[n] for n in norm if n.startswith(key) and len(key) >= 3), None)
+        padded = padded_code(word)
+        hit = (padded if padded in pool else None) or norm.get(key) or next((norm[n] for n in norm if n.startswith(key) and len(key) >= 3), None)
         if hit is None:
             close = difflib.get_close_matches(key, list(norm), n=1, cutoff=0.6)
             hit = norm[close[0]] if close else None

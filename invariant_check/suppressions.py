@@ -163,6 +163,11 @@ def canonical(token: str) -> str | None:
 
 
 def suggestion(token: str) -> str | None:
+    from .registry import padded_code
+
+    padded = padded_code(token)
+    if padded is not None:
+        return padded
     by_code, by_name = _rule_index()
     for pool, key in ((by_code, token.upper()), (by_name, token.lower())):
         close = difflib.get_close_matches(key, list(pool), n=1, cutoff=0.6)
