@@ -29,8 +29,12 @@ def markdown(rule) -> str:
     for title, examples in (("Flagged", rule.INVALID), ("Not flagged", rule.VALID)):
         if examples:
             parts.append(f"\n## {title} (tested examples)\n\n")
-            for ex in examples[:3]:
+            for i, ex in enumerate(examples[:3]):
+                parts.append("\n" if i else "")
                 parts.append("```python\n" + ex.code.strip("\n") + "\n```\n")
+                for name, code in ex.files.items():  # other modules of the example, a baseline file
+                    lang = "json" if name.endswith(".json") else "python"
+                    parts.append(f"\nBeside it, `{name}`:\n\n```{lang}\n" + code.strip("\n") + "\n```\n")
     return "".join(parts)
 
 
