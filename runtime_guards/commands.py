@@ -207,7 +207,7 @@ def report_command(directory: str, fmt: str) -> None:
     Exit codes: 0 no violation, 1 violations, 2 a bad DIRECTORY or no records at all (the guards
     were not on, or wrote elsewhere).
     """
-    from .reporting import ReportDirError, load_report, report_files, summarize
+    from .reporting import ReportDirError, load_report, report_files, see_also, summarize
 
     try:
         files = report_files(directory)
@@ -226,6 +226,7 @@ def report_command(directory: str, fmt: str) -> None:
     if fmt == "json":
         out = dict(summary)
         out["records"] = [r for r in records if r.get("kind") != "patched"]
+        out["groups"] = [dict(g, see=list(see_also(g["guard"], g["invariant"]))) for g in summary["groups"]]
         click.echo(json.dumps(out, indent=2, sort_keys=True, default=repr))
     else:
         click.echo(f"{summary['files']} report file(s), {summary['processes']} process(es) "
@@ -237,6 +238,8 @@ def report_command(directory: str, fmt: str) -> None:
                        f"{', '.join(map(str, g['pids']))}")
             site = g["first_site"] if isinstance(g["first_site"], str) and g["first_site"] else "unknown site"
             click.echo(f"    first (pid {g['first_pid']}, {site}): {g['first_message']}")
+            for see in see_also(g["guard"], g["invariant"]):
+                click.echo(f"    see {see}")
         if bad:
             click.echo(f"  {len(bad)} unparsable line(s): {', '.join(bad[:5])}")
         if data.malformed:

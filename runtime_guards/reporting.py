@@ -288,3 +288,22 @@ def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = N
         "groups": groups,
         "vllm_versions": sorted({str(r.get("vllm_version")) for r in records if r.get("vllm_version")}),
     }
+
+
+# ---- where to read more about a violation (printed by `invariant-check report`) ----
+
+_IC004 = "IC004 (invariant-check explain IC004; docs/rules/IC004-stale-derived-metadata.md)"
+SEE_ALSO: dict[tuple[str, str], tuple[str, ...]] = {
+    ("metadata-coherence", "max-seq-len"): (_IC004,),
+    ("metadata-coherence", "seq-lens-upper-bound"): (
+        _IC004,
+        "docs/findings.md: vLLM 0.20-0.33 `extend_all_queries_by_N` leaves the bound N below seq_lens",
+    ),
+}
+
+
+def see_also(guard: Any, invariant: Any) -> tuple[str, ...]:
+    """The rule and the documented findings behind a guard's invariant (none when unknown)."""
+    if not isinstance(guard, str) or not isinstance(invariant, str):
+        return ()
+    return SEE_ALSO.get((guard, invariant), ())

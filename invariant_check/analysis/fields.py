@@ -26,9 +26,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import CallFact, last_name, ref, target_names, walk_local
+from .facts import CallFact, annotation_ref, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import Names, Need, PerText, Words
+from .objects import bound_value, carries, copy_of
 from .project import ClassInfo, FunctionInfo, Module
 from .source import ascii_text
 from .summaries import Summaries
@@ -357,23 +358,33 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
         return None
     for sub in walk_local(view.node):
         if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.target.id == obj:
-            ann = view.resolve(ref(sub.annotation))
+            ann = view.resolve(annotation_ref(sub.annotation))
             if ann.kind == "class":
                 return view.project.class_of(ann)
+        if isinstance(sub, (ast.For, ast.AsyncFor)):
+            # `for md in per_layer.values()`, `for name, md in per_layer.items()`
+            target, it = sub.target, sub.iter
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(it, ast.Call) and last_name(it.func) == "items":
+                target = target.elts[1]
+            if isinstance(target, ast.Name) and target.id == obj:
+                got = _entry_class(view, it)
+                if got is not None:
+                    return got
+            continue
         if not (isinstance(sub, ast.Assign) and any(isinstance(t, ast.Name) and t.id == obj for t in sub.targets)):
             continue
         value = sub.value
+        entry = _entry_class(view, value)
+        if entry is not None:
+            return entry
         if not isinstance(value, ast.Call):
             continue
-        if last_name(value.func) == "replace":
-            src = None
-            if isinstance(value.func, ast.Attribute) and ref(value.func.value) != "dataclasses":
-                src = ref(value.func.value)
-            elif value.args:
-                src = ref(value.args[0])
-            src = canonical(src, aliases)
-            if src and src != obj:
-                got = class_of(view, src, aliases, depth + 1)
+        # a copy has the class of what it copies (`copy.copy(md)`, `replace(md, ...)`, a
+        # helper returning a copy of its argument)
+        made = copy_of(value, aliases, lambda call: resolve_call(view, call)[1], view.ctx.summaries())
+        if made is not None:
+            if made.source != obj:
+                got = class_of(view, made.source, aliases, depth + 1)
                 if got is not None:
                     return got
             continue
@@ -381,6 +392,32 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
         if callee.kind == "class":
             return view.project.class_of(callee)
     return None
+
+
+def _entry_class(view, expr: ast.AST) -> ClassInfo | None:
+    """The class of an entry read from a container parameter annotated with its entries'
+    class (`per_layer: dict[str, Metadata]`): `per_layer[k]`, `per_layer.get(k)`,
+    `per_layer.values()`, `next(iter(per_layer.values()))`."""
+    holder = None
+    for _ in range(4):
+        if isinstance(expr, ast.Subscript):
+            holder = ref(expr.value)
+            break
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "values", "items", "pop"):
+            holder = ref(expr.func.value)
+            break
+        if isinstance(expr, ast.Call) and last_name(expr.func) in ("next", "iter", "list", "tuple") and expr.args:
+            expr = expr.args[0]
+            continue
+        return None
+    info = view.info
+    if holder is None or info is None:
+        return None
+    element = info.facts.elements.get(holder)
+    if element is None:
+        return None
+    sym = view.resolve(element)
+    return view.project.class_of(sym) if sym.kind == "class" else None
 
 
 def mentioned_fields(node: ast.AST, obj: str, aliases: dict[str, str]) -> set[str]:
@@ -654,12 +691,32 @@ def covered(
             return "fix"
         return None
 
+    def stop_forward(node):
+        # after the advance, the object must not be handed on (to a build, a forward, a
+        # helper) before the update: that call reads the stale field
+        got = stop(node)
+        if got is None and node.index != idx and receives(node, obj, aliases):
+            return "end"
+        return got
+
     known = flow.known_at(idx)
     assume = presence(obj, names, aliases)
     for forward in (True,) if forward_only else (True, False):
-        if "end" not in flow.search(idx, forward, stop, known, assume):
+        if "end" not in flow.search(idx, forward, stop_forward if forward else stop, known, assume):
             return True
     return False
+
+
+def receives(node, obj: str, aliases: dict[str, str]) -> bool:
+    """Whether a call event is handed the object `obj` itself (as an argument, a keyword or
+    the receiver of one of its methods), not one of its fields."""
+    if node.kind != "call":
+        return False
+    call = node.node
+    spelled = [a.value if isinstance(a, ast.Starred) else a for a in call.args] + [k.value for k in call.keywords]
+    if isinstance(call.func, ast.Attribute):
+        spelled.append(call.func.value)
+    return any(canonical(ref(a), aliases) == obj for a in spelled)
 
 
 def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases: dict[str, str],
@@ -668,7 +725,14 @@ def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases
     of the name, or a call of a project function that writes it on every path."""
     node = flow.nodes[n]
     if node.kind in ("bind", "store") and node.name == obj:
-        return True  # the name now holds another object
+        # the name now holds another object: an update unless that object carries the old
+        # values (an alias, a copy that does not set the field anew)
+        if node.kind == "store" and isinstance(flow.targets.get(n), ast.Subscript):
+            return True  # an entry stored into it
+        value = bound_value(node.node, obj) if node.kind == "bind" else getattr(node.node, "value", None)
+        if isinstance(node.node, ast.AugAssign):
+            return True
+        return not carries(value, names, aliases, resolve, summaries)
     for w in writes_at(flow, n, aliases):
         if w.obj == obj and w.field in names and w.kind == "set":
             return True

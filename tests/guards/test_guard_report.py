@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -60,6 +61,37 @@ def test_report_merges_processes_and_exits_1_on_violations(tmp_path):
     data = json.loads(res.output)
     assert data["violations"] == 2 and data["processes"] == 3 and data["files"] == 4
     assert {g["guard"] for g in data["groups"]} == {"topk-layout", "group-metadata"}
+
+
+def test_report_points_a_stale_upper_bound_to_ic004_and_the_findings(tmp_path):
+    write(tmp_path, 21, {"kind": "violation", "guard": "metadata-coherence", "invariant": "seq-lens-upper-bound",
+                         "message": "DraftModelProposer draft step 0, request row 0", "values": {}},
+          {"kind": "violation", "guard": "topk-layout", "invariant": "reuse-before-compaction",
+           "message": "step 1", "values": {}})
+    res = CliRunner().invoke(report_command, [str(tmp_path)])
+    assert res.exit_code == 1, res.output
+    lines = res.output.splitlines()
+    at = next(i for i, line in enumerate(lines) if "metadata-coherence/seq-lens-upper-bound" in line)
+    see = [line for line in lines[at + 2 : at + 4] if line.strip().startswith("see ")]
+    assert any("IC004" in line and "docs/rules/IC004-stale-derived-metadata.md" in line for line in see)
+    assert any("docs/findings.md" in line for line in see)
+    # an invariant with no rule behind it gets no pointer
+    at = next(i for i, line in enumerate(lines) if "topk-layout/reuse-before-compaction" in line)
+    assert not any(line.strip().startswith("see ") for line in lines[at + 2 : at + 3])
+    data = json.loads(CliRunner().invoke(report_command, [str(tmp_path), "--format", "json"]).output)
+    groups = {g["invariant"]: g["see"] for g in data["groups"]}
+    assert any("docs/findings.md" in s for s in groups["seq-lens-upper-bound"])
+    assert groups["reuse-before-compaction"] == []
+
+
+def test_the_pages_the_report_points_to_exist():
+    from invariant_check.runtime_guards.reporting import SEE_ALSO
+
+    root = Path(__file__).resolve().parents[2]
+    for pointers in SEE_ALSO.values():
+        for pointer in pointers:
+            for path in re.findall(r"docs/[\w/.-]+\.md", pointer):
+                assert (root / path).is_file(), path
 
 
 def test_report_exits_0_when_clean_and_2_on_a_bad_dir(tmp_path):
