@@ -138,7 +138,9 @@ def _about_comments(source: SourceFile, sups, analysis: frozenset[str], unused: 
         if invalid and d.problems:
             scope = "that part suppresses nothing" if d.named else "the comment suppresses nothing"
             problems = "; ".join(_capital(p) for p in d.problems)
-            yield _finding(source.shown, d, INVALID, f"{problems} in `{d.text}`: {scope}")
+            # the hint is the comment as it should be written, when that can be told
+            spelt = f"Write `{d.spelling}`." if d.spelling else None
+            yield _finding(source.shown, d, INVALID, f"{problems} in `{d.text}`: {scope}", spelt)
         if not unused or d.kind not in ("ignore", "noqa"):
             continue
         if d.named is None:
@@ -156,12 +158,12 @@ def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _finding(shown: str, d, rule: tuple[str, str], message: str) -> Finding:
+def _finding(shown: str, d, rule: tuple[str, str], message: str, hint: str | None = None) -> Finding:
     from .registry import (
         all_rules,  # the rule modules hold the one wording of the hints
     )
 
-    hint = all_rules()[rule[0]].HINT
+    hint = hint or all_rules()[rule[0]].HINT
     return Finding(shown, d.line, d.column, d.line, d.column + len(d.text), rule[0], rule[1], message, hint)
 
 

@@ -73,6 +73,9 @@ def render(
     if missing:
         parts.append(f"{missing} path{'s' * (missing != 1)} not found")
     checked = f"{result.files_seen} file{'s' * (result.files_seen != 1)} checked"
+    held = getattr(result, "baselined", None)
+    if held:
+        checked += f"; {held} more in the baseline"
     if not parts:
         out.append(f"All checks passed ({checked}).")
     else:
