@@ -11,6 +11,7 @@ from invariant_check.analysis.fields import (
     canonical,
     direction,
     fills,
+    local_increment,
     flows_to,
     parameter_index,
     resolve_call,
@@ -18,7 +19,14 @@ from invariant_check.analysis.fields import (
     writes_at,
 )
 from invariant_check.analysis.flow import Loop, atoms_of
-from invariant_check.analysis.objects import aliases_of, partials, through_partial
+from invariant_check.analysis.objects import (
+    aliases_of,
+    bound_value,
+    container_copy_of,
+    copy_of,
+    partials,
+    through_partial,
+)
 from invariant_check.analysis.needs import (
     FOR_STATEMENT,
     WHILE_STATEMENT,
@@ -847,6 +855,8 @@ class _Judge:
         if node.kind != "call":
             return False
         call = self.call_at(n)
+        if local_increment(call) in rule.fields:
+            return True  # `positions.add_(1)`, `torch.add(positions, 1, out=positions)`
         _, fn = self.target(call)
         if last_name(call.func) in rule.advancing:
             # a project function of that name advances only if it touches the inputs: a
@@ -880,7 +890,16 @@ class _Judge:
         node = self.flow.nodes[n]
         links = self.links(md)
         if node.kind == "bind" and node.name == md:
-            return True
+            # a new object, unless it holds the same entries or values (`dict(md)`,
+            # `{**md, **extra}`, `copy.copy(md)`, `md = other_alias`)
+            value = bound_value(node.node, md)
+            if value is None:
+                return True
+            made = copy_of(value, self.aliases)
+            same = {ref(value)} if not isinstance(value, ast.Call) else set()
+            if made is not None and not made.given:
+                same.add(made.source)
+            return not ((same | container_copy_of(value)) & links)
         if node.kind == "store" and canonical(node.name, self.aliases) in links:
             # `md[layer] = ...`, `self.md = ...`, through an alias of the dict; a local that
             # took `self.md` before does not see `self.md` bound anew
@@ -977,7 +996,7 @@ class _Judge:
                 i = node.index
                 if i != outer.head and i not in outer.members:
                     return "exit"
-                if i in fwd_set and i != a:
+                if i in fwd_set:  # also `a` itself, met again on the next step
                     return "fwd"
                 if refresh(i) or i in heads:
                     return "refresh"

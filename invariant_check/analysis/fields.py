@@ -78,6 +78,11 @@ def local_aliases(node: ast.AST, view=None) -> Locals:
                         seen.setdefault(name, set()).add(None)
         elif isinstance(sub, ast.NamedExpr):
             seen.setdefault(sub.target.id, set()).add(ref(sub.value))
+    # a parameter rebound (`md = new_md` at the end of a step) held the caller's object before
+    args = getattr(node, "args", None)
+    params = {a.arg for a in (args.posonlyargs + args.args + args.kwonlyargs)} if args is not None else set()
+    for name in params & set(seen):
+        seen[name].add(None)
     out = Locals()
     for name, values in seen.items():
         if len(values) == 1:
@@ -188,6 +193,19 @@ def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int |
     return found.pop() if len(found) == 1 else None
 
 
+def local_increment(call: ast.Call) -> str | None:
+    """The local a call increments in place: `positions.add_(1)`,
+    `torch.add(positions, 1, out=positions)`; None otherwise."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "add_" and isinstance(func.value, ast.Name) and call.args:
+        return func.value.id if added(ast.Add(), call.args[0]) == 1 else None
+    if last_name(func) == "add" and len(call.args) >= 2:
+        out = next((k.value for k in call.keywords if k.arg == "out"), None)
+        if isinstance(out, ast.Name) and isinstance(call.args[0], ast.Name) and call.args[0].id == out.id:
+            return out.id if added(ast.Add(), call.args[1]) == 1 else None
+    return None
+
+
 # -- the flow with stores -------------------------------------------------------------------------
 
 
@@ -278,10 +296,12 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
     out: list[FieldWrite] = []
     func = call.func
     name = last_name(func)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+    sliced = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Subscript) and isinstance(func.value.value, ast.Attribute)
+    if isinstance(func, ast.Attribute) and (isinstance(func.value, ast.Attribute) or sliced):
         method = func.attr
         if method.endswith("_") and not method.startswith("_") and method not in _NOT_WRITES:
-            holder = func.value
+            # `x.a.add_(k)`, and on a slice of it: `x.a[:n].copy_(v)`
+            holder = func.value.value if sliced else func.value
             obj = canonical(ref(holder.value), aliases)
             if obj is not None:
                 sign = None
@@ -290,7 +310,7 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
                     sign = None if _zero(call.args[0]) else (-base if _negative(call.args[0]) else base)
                 elif method == "copy_" and call.args:
                     sign = direction(call.args[0], f"{obj}.{holder.attr}", aliases)
-                out.append(FieldWrite(obj, holder.attr, "set", sign, call))
+                out.append(FieldWrite(obj, holder.attr, "set", sign, call, sliced))
     if not call.keywords:
         return out
     # `torch.clamp(x.a + 1, max=m, out=x.a)`, `torch.add(x.a, k, out=x.a[:n])`: in place
@@ -339,7 +359,10 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
 
 
 def _origin(value: ast.AST, field: str, aliases: dict[str, str]) -> str | None:
-    """The object whose own `field` (or its backing store) a keyword's value reads."""
+    """The object whose own `field` (or its backing store) a keyword's value reads, also
+    through a local bound once (`new_lens = old.seq_lens + 1`, then `seq_lens=new_lens`)."""
+    if isinstance(value, ast.Name) and isinstance(aliases, Locals):
+        value = aliases.values.get(value.id, value)
     for node in ast.walk(value):
         if isinstance(node, ast.Attribute) and node.attr in variants(field) | {field}:
             obj = canonical(ref(node.value), aliases)
@@ -785,6 +808,8 @@ def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases
         # values (an alias, a copy that does not set the field anew)
         if node.kind == "store" and isinstance(flow.targets.get(n), ast.Subscript):
             return True  # an entry stored into it
+        if isinstance(node.node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            return False  # a loop variable holds an entry of what it iterates: old values
         value = bound_value(node.node, obj) if node.kind == "bind" else getattr(node.node, "value", None)
         if isinstance(node.node, ast.AugAssign):
             return True
@@ -844,7 +869,11 @@ def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
     `obj.f`, `hasattr(obj, "f")`) hold."""
 
     def is_field(expr: ast.AST) -> bool:
-        return isinstance(expr, ast.Attribute) and expr.attr in names and canonical(ref(expr.value), aliases) == obj
+        # also tested on the object a copy was made from (same value until one is written)
+        return isinstance(expr, ast.Attribute) and expr.attr in names and (
+            canonical(ref(expr.value), aliases) == obj
+            or copied_from(canonical(ref(expr.value), aliases) or "", aliases) == copied_from(obj, aliases)
+        )
 
     def assume(atom) -> bool | None:
         try:

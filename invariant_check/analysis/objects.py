@@ -340,3 +340,27 @@ def through_partial(call: ast.Call, bound: dict[str, ast.Call]) -> ast.Call:
     p = bound[call.func.id]
     made = ast.Call(func=p.args[0], args=list(p.args[1:]) + list(call.args), keywords=list(p.keywords) + list(call.keywords))
     return ast.copy_location(made, call)
+
+
+# -- containers ----------------------------------------------------------------------------------------
+
+
+def container_copy_of(value: ast.AST) -> set[str]:
+    """The containers a new container takes its entries from: `dict(d)`, `d.copy()`,
+    `{**d, **extra}`, `list(d)`, `[*d]`, `copy.copy(d)` (empty when `value` is none of those)."""
+    out: set[str] = set()
+    if isinstance(value, ast.Dict):
+        for key, entry in zip(value.keys, value.values):
+            if key is None and ref(entry):
+                out.add(ref(entry))  # `**d`
+    elif isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+        out |= {ref(e.value) for e in value.elts if isinstance(e, ast.Starred) and ref(e.value)}
+    elif isinstance(value, ast.Call):
+        name = last_name(value.func)
+        if name in ("dict", "list", "tuple", "OrderedDict") and value.args and ref(value.args[0]):
+            out.add(ref(value.args[0]))
+        elif name == "copy" and isinstance(value.func, ast.Attribute) and not value.args and ref(value.func.value) not in ("copy", None):
+            out.add(ref(value.func.value))  # `d.copy()`
+        elif ref(value.func) in _COPY_CALLS and value.args and ref(value.args[0]):
+            out.add(ref(value.args[0]))
+    return out
