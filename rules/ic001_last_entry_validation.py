@@ -78,7 +78,9 @@ class LastEntryValidation(Rule):
     A one-entry check is reported only when the entries it did not see are *used after it*
     (the message names the first use):
     - the collection holding them is read after the check on a path where no full check
-      came first: iterated, subscripted, passed to a call, returned, stored (what holds them:
+      came first: iterated, subscripted, passed to a call, returned, stored, or, for an
+      attribute of `self`, read by a method of `self` called after the check (two calls
+      deep: `self._run_draft_steps(n)` reading `self.per_layer_attn_metadata`) (what holds them:
       for a loop, every container it stores the value into, `d[k] = md`, `d.update(...)`,
       `xs.append(md)`, or reads it from, `for md in d.values()`, `md = d[name]`; for a pick,
       the collection it was picked from; and locals bound to one of these or built from it);

@@ -234,6 +234,38 @@ def propose(self, per_layer_attn_metadata):
 """, line=4),
         id="used-in-finally",
     ),
+    pytest.param(
+        Invalid("""
+class Proposer:
+    def propose(self, n):
+        md = next(iter(self.per_layer_attn_metadata.values()))
+        if isinstance(md, TreeAttentionMetadata):
+            return self._propose_tree(md.tree_attn_bias)
+        return self._run_draft_steps(n)
+
+    def _run_draft_steps(self, n):
+        for _ in range(n):
+            self._step()
+
+    def _step(self):
+        return self.model(attn_metadata=self.per_layer_attn_metadata)
+""", line=4, message_contains="used at line 6: `self._run_draft_steps(n)`"),
+        id="a-method-of-the-same-object-reads-the-attribute",
+    ),
+    pytest.param(
+        Valid("""
+class Proposer:
+    def propose(self, n):
+        md = next(iter(self.per_layer_attn_metadata.values()))
+        if isinstance(md, TreeAttentionMetadata):
+            return self._propose_tree(md.tree_attn_bias)
+        return self._propose_tree(None)
+
+    def _propose_tree(self, bias):
+        return self.tree_model(bias)
+"""),
+        id="methods-called-after-do-not-read-the-attribute",
+    ),
 ]
 
 

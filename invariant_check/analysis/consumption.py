@@ -18,7 +18,8 @@ Not consumed:
 
 Consumed:
 - `used`: the collection holding the other entries is read after the check (iterated,
-  subscripted, passed to a call, returned, stored), on a path not covered by a full check;
+  subscripted, passed to a call, returned, stored; an attribute of `self` also by a method of
+  `self` called after the check, two calls deep), on a path not covered by a full check;
 - `handed-on`: the other entries went, before the check, where this function cannot follow
   them: the loop passed each value to a call or stored it outside the function (`self.x`, a
   parameter's entry), or the collection was passed to a call (`set_forward_context(per_layer)`)
@@ -37,7 +38,7 @@ bound to something else. Not a use of the entries: `len(d)`, `d is None`, `not d
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .facts import FUNCS, ref
@@ -102,7 +103,7 @@ class _Target:
     loop: ast.AST | None  # the loop that produced the value (loop leftovers)
     key: str | None  # 'first' / 'last' / 'key:<name>': a re-pick of the checked entry
     escaped: ast.AST | None = None
-    parents: dict[int, ast.AST] = field(default_factory=dict)
+    view: object = None
 
 
 def other_entries(view, finding, validator: Validator | None = None) -> Use:
@@ -147,6 +148,7 @@ def other_entries(view, finding, validator: Validator | None = None) -> Use:
         entries = {finding.via} if finding.via else set()
         intro = _pick_statement(order, check, finding.via) if finding.via else check
         target = _Target(check, intro, None, origin.which)
+    target.view = view
     state = _State(set(holders), set(entries))
     _before(order, target, state)
     result = _Result()
@@ -496,6 +498,8 @@ def _expr(expr: ast.AST, state: _State, target: _Target, result: _Result, *, tes
     stack = [expr]
     while stack:
         node = stack.pop()
+        if isinstance(node, ast.Call) and not state.covered and _method_reads(target.view, node, state.holders):
+            result.used(node)  # `self.run_steps()` reads `self.per_layer_attn_metadata`
         r = ref(node) if isinstance(node, (ast.Name, ast.Attribute)) else None
         if r is not None and (r in state.holders or r in state.entries):
             kind = _context(node, expr, parents, state, target, test, store)
@@ -568,6 +572,45 @@ def _builds(call: ast.Call) -> bool:
     if isinstance(call.func, ast.Attribute) and call.func.attr in _BUILDER_METHODS:
         return True
     return ref(call.func) in _BUILDERS
+
+
+def _method_reads(view, call: ast.Call, holders: set[str], depth: int = 2) -> bool:
+    """A call of a method of the same object (`self.m(...)`) that reads a holder that is an
+    attribute of `self`, itself or through the methods of `self` it calls."""
+    attrs = {h.split(".", 1)[1] for h in holders if h.startswith("self.") and h.count(".") == 1}
+    callee = ref(call.func)
+    if not attrs or view is None or callee is None or not callee.startswith("self.") or callee.count(".") != 1:
+        return False
+    fn = view.ctx.summaries().function_for(view.resolve(callee))
+    return fn is not None and _reads_self(view, fn, attrs, depth, set())
+
+
+def _reads_self(view, fn, attrs: set[str], depth: int, seen: set) -> bool:
+    key = (str(fn.module.path), fn.qual)
+    if key in seen:
+        return False
+    seen.add(key)
+    node = fn.node()
+    if node is None or not node.args.args:
+        return False
+    me = node.args.args[0].arg
+    calls = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) and sub.value.id == me:
+            if sub.attr in attrs:
+                return True
+        if isinstance(sub, ast.Call):
+            r = ref(sub.func)
+            if r is not None and r.startswith(me + ".") and r.count(".") == 1:
+                calls.append(r.split(".", 1)[1])
+    if depth <= 0:
+        return False
+    summaries = view.ctx.summaries()
+    for name in calls:
+        target = summaries.function_for(summaries.resolve(fn, f"self.{name}"))
+        if target is not None and _reads_self(view, target, attrs, depth - 1, seen):
+            return True
+    return False
 
 
 # -- full checks ------------------------------------------------------------------------------
