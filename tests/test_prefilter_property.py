@@ -114,14 +114,21 @@ def one_entry(draw) -> str:
     coll = draw(st.sampled_from(["per_layer_attn_metadata", "metadata", "mds", "things"]))
     pick = draw(st.sampled_from([
         f"{coll}[names[-1]]", f"list({coll}.values())[-1]", f"next(iter({coll}.values()))",
-        f"next(reversed({coll}))", f"{coll}[0]",
+        f"next(reversed({coll}))", f"{coll}[0]", f"list({coll}.values())[0]", f"{coll}[names[0]]",
+        f"{coll}.popitem()[1]", f"{coll}.pop()",
     ]))
     use = draw(st.sampled_from([
         f"assert isinstance({pick}, {draw(TYPES)})",
         f"first = {pick}\n    assert isinstance(first, {draw(TYPES)})",
         f"assert {pick} is not None",
+        f"if isinstance(first := {pick}, {draw(TYPES)}):\n        return first",
+        f"*_, first = {coll}.values()\n    assert isinstance(first, {draw(TYPES)})",
+        f"_, first = {coll}.popitem()\n    assert isinstance(first, {draw(TYPES)})",
     ]))
-    return f"def g{draw(st.integers(0, 99))}(self, names, {coll}):\n    {use}\n"
+    # what follows the check decides whether the other entries are used after it
+    tail = draw(st.sampled_from(["", f"\n    return {coll}", "\n    return first.seq_lens", f"\n    for md in {coll}.values():\n        assert isinstance(md, int)"]))
+    built = draw(st.sampled_from(["", f"{coll} = [g.build() for g in names]\n    "]))
+    return f"def g{draw(st.integers(0, 99))}(self, names, {coll}):\n    {built}{use}{tail}\n"
 
 
 @st.composite
