@@ -375,6 +375,18 @@ def propose(self, per_layer_attn_metadata):
     return self.propose_chain(per_layer_attn_metadata)
 """
         ),
+        # The first layer's entry of every group, checked inside the loop over the groups:
+        # the layers of a group share its metadata, so every group is checked.
+        Valid(
+            """
+def check_groups(self, per_layer_attn_metadata):
+    for group in self.draft_attn_groups:
+        attn_metadata = per_layer_attn_metadata[group.layer_names[0]]
+        if not isinstance(attn_metadata, self.allowed_attn_types):
+            raise ValueError(f"unsupported draft metadata {type(attn_metadata)}")
+    self.run_model(per_layer_attn_metadata)
+"""
+        ),
     ]
     INVALID = [
         Invalid(

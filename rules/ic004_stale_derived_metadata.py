@@ -497,6 +497,27 @@ def next_step(common_attn_metadata: CommonAttentionMetadata, cap: int):
     return cad
 """
         ),
+        # The slot mapping rewritten in place, on a slice, from the advanced positions; the
+        # upper bound guarded by a test of the object the copy was made from.
+        Valid(
+            """
+import copy
+
+from .metadata import CommonAttentionMetadata
+
+def move(common_attn_metadata: CommonAttentionMetadata, block_table, n):
+    cad = copy.deepcopy(common_attn_metadata)
+    cad.positions[:n] += 1
+    cad.slot_mapping[:n].copy_(block_table.slots(cad.positions[:n]))
+    cad.seq_lens[:n] += 1
+    cad.max_seq_len += 1
+    cad._seq_lens_cpu = None
+    if common_attn_metadata.seq_lens_cpu_upper_bound is not None:
+        cad.seq_lens_cpu_upper_bound = common_attn_metadata.seq_lens_cpu_upper_bound + 1
+    return cad
+""",
+            files={"metadata.py": _METADATA},
+        ),
     ]
     INVALID = [
         # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
@@ -836,6 +857,35 @@ def step(per_layer: dict[str, CommonAttentionMetadata], layer: str):
     md.seq_lens += 1
     md._seq_lens_cpu = None
     md.seq_lens_cpu_upper_bound = None
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # Each entry of a per-layer dict, walked with `.items()`: the loop variable is the
+        # entry itself, with its old maximum.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def bump(per_layer: dict[str, CommonAttentionMetadata], n: int):
+    for name, md in per_layer.items():
+        md.seq_lens[:n] += 1
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # A new object built from lengths advanced through a local, with the old maximum.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def next_step(prev: CommonAttentionMetadata):
+    next_lens = prev.seq_lens + 1
+    return CommonAttentionMetadata(seq_lens=next_lens, max_seq_len=prev.max_seq_len)
 """,
             line=5,
             message_contains="`max_seq_len`",

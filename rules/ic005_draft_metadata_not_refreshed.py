@@ -443,6 +443,17 @@ def propose(self, common_attn_metadata, per_layer_attn_metadata, input_ids, posi
         input_ids = self.sample(hidden)
 """
         ),
+        # A name bound each step to metadata built anew, through another local.
+        Valid(
+            """
+def draft(self, num_tokens, attn_metadata):
+    for step in range(self.num_steps):
+        fresh = self.builder.build_for_drafting(self.common_md, step)
+        attn_metadata = fresh
+        hidden = self.run_model(num_tokens, attn_metadata)
+        self.input_buffers.positions[: self.num_reqs] += 1
+"""
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
@@ -650,6 +661,32 @@ class Speculator:
             self._refresh(num_tokens)
 """,
             line=7,
+        ),
+        # A helper runs the forward and then advances the inputs; the next step's call runs
+        # the forward again with the same metadata.
+        Invalid(
+            """
+class Speculator:
+    def _generate_draft(self, num_tokens, attn_metadata):
+        hidden = self.run_model(num_tokens, attn_metadata)
+        self.input_buffers.positions[: self.num_reqs] += 1
+
+    def multi_step(self, num_tokens, attn_metadata):
+        for step in range(1, self.num_speculative_steps):
+            self._generate_draft(num_tokens, attn_metadata)
+""",
+            line=7,
+        ),
+        # A fresh dict each step, but with the same stale entries.
+        Invalid(
+            """
+def draft(self, per_layer_attn_metadata, positions):
+    for _ in range(self.num_steps):
+        positions.add_(1)
+        per_layer_attn_metadata = dict(per_layer_attn_metadata)
+        self.model(positions, attn_metadata=per_layer_attn_metadata)
+""",
+            line=2,
         ),
     ]
 
@@ -895,11 +932,21 @@ class _Judge:
             value = bound_value(node.node, md)
             if value is None:
                 return True
+            if not isinstance(value, ast.Call) and ref(value) is not None:
+                # another name's object: new unless that name held `md`'s object already
+                before = {md} | {canonical(a, self.aliases) or a for a in aliases_of(self.func, md, skip=node.node)}
+                return (canonical(ref(value), self.aliases) or ref(value)) not in before
             made = copy_of(value, self.aliases)
-            same = {ref(value)} if not isinstance(value, ast.Call) else set()
-            if made is not None and not made.given:
-                same.add(made.source)
-            return not ((same | container_copy_of(value)) & links)
+            sources = container_copy_of(value) | ({made.source} if made is not None and not made.given else set())
+            if not sources:
+                return True
+            # a copy holds the entries (values) of what it copies: new only when that was
+            # itself bound anew in this loop
+            loops = self.flow.loops_of(n)
+            if not loops:
+                return True
+            bound_here = {self.flow.nodes[i].name for i in loops[-1].members if self.flow.nodes[i].kind == "bind" and i != n}
+            return any(src.split(".")[0] in bound_here for src in sources)
         if node.kind == "store" and canonical(node.name, self.aliases) in links:
             # `md[layer] = ...`, `self.md = ...`, through an alias of the dict; a local that
             # took `self.md` before does not see `self.md` bound anew

@@ -233,12 +233,13 @@ def carries(
 # -- aliases -------------------------------------------------------------------------------------------
 
 
-def aliases_of(node: ast.AST, name: str) -> set[str]:
+def aliases_of(node: ast.AST, name: str, skip: ast.AST | None = None) -> set[str]:
     """Names and containers bound to the same object as `name` in a function, in either
     direction: `y = name`, `name = y`, a dict or list whose entries are `name`
     (`{k: name for k in ...}`, `d[k] = name`, `[name] * n`), a name bound to an entry of such a
     container (`y = d[k]`, `y = d.get(k)`, `for y in d.values()`). A container stands for its
-    entries: an update through `d[k].f = ...` updates `name`."""
+    entries: an update through `d[k].f = ...` updates `name`. `skip`: a statement whose own
+    binding is left out (is a name bound by it to what it held before?)."""
     links: dict[str, set[str]] = {}
 
     def link(a: str, b: str) -> None:
@@ -247,6 +248,8 @@ def aliases_of(node: ast.AST, name: str) -> set[str]:
             links.setdefault(b, set()).add(a)
 
     for sub in walk_local(node):
+        if sub is skip:
+            continue
         if isinstance(sub, ast.Assign):
             for t in sub.targets:
                 if isinstance(t, ast.Name):

@@ -135,11 +135,20 @@ class LastValues:
         # collections this function fills with entries of one kind (a comprehension, a loop
         # storing into it): `xs[0]` of one is its first entry, not a tuple's first field
         self._collections: set[str] = set()
+        self._loop_targets: list[set[str]] = []  # the targets of the loops around a statement
         self._block(body, {}, set(), self._top, {})
         return self.found
 
     def _shape(self, expr: ast.AST):
         return _shape(expr, self._collections)
+
+    def _keyed_by_loop(self, expr: ast.AST) -> bool:
+        """`d[keys[0]]` where `keys` is read from a target of an enclosing loop."""
+        if not (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Subscript)):
+            return False
+        keys = ref(expr.slice.value)
+        active = set().union(*self._loop_targets) if self._loop_targets else set()
+        return keys is not None and keys.split(".")[0] in active
 
     # -- walking ------------------------------------------------------------------------
     def _block(self, stmts, state, singles, acc, flags) -> None:
@@ -153,10 +162,12 @@ class LastValues:
                 acc.accumulators.add(name)
             acc.names.add(name)
             acc.fresh.add(name)
-            # a value picked out of a collection, one assignment away
+            # a value picked out of a collection, one assignment away; not one keyed by what
+            # the loop iterates (`d[group.layer_names[0]]` in `for group in groups`: one entry
+            # of every group)
             if value is not None:
                 shape = self._shape(value)
-                if shape is not None:
+                if shape is not None and not self._keyed_by_loop(value):
                     state[name] = OneEntry(*shape)
 
     def _stmt(self, st, state, singles, acc, flags) -> None:
@@ -297,7 +308,11 @@ class LastValues:
         inner = dict(state)
         for name in targets:
             inner.pop(name, None)
-        self._block(loop.body, inner, set(singles), inner_acc, dict(flags))
+        self._loop_targets.append(set(targets))
+        try:
+            self._block(loop.body, inner, set(singles), inner_acc, dict(flags))
+        finally:
+            self._loop_targets.pop()
         bound = inner_acc.names | set(targets)
         acc.names |= bound
         for name in bound:
