@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 from .facts import CallFact, annotation_ref, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import Names, Need, PerText, Words
-from .objects import bound_value, carries, copy_of
+from .objects import bound_value, canonical, carries, copy_of
 from .project import ClassInfo, FunctionInfo, Module
 from .source import ascii_text
 from .summaries import Summaries
@@ -113,19 +113,6 @@ def copied_from(name: str, aliases: dict[str, str]) -> str:
         name = copies[name]
         seen.add(name)
     return name
-
-
-def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
-    """`cad.seq_lens` -> `common_attn_metadata.seq_lens` through local aliases."""
-    if spelled is None:
-        return None
-    for _ in range(8):
-        head, dot, rest = spelled.partition(".")
-        target = aliases.get(head)
-        if target is None:
-            break
-        spelled = target + dot + rest
-    return spelled
 
 
 # -- direction of a write -----------------------------------------------------------------------

@@ -44,7 +44,8 @@ class Copy:
     how: str  # 'copy', 'replace', 'helper'
 
 
-def _canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
+def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
+    """`cad.seq_lens` -> `common_attn_metadata.seq_lens` through local aliases."""
     if spelled is None:
         return None
     for _ in range(8):
@@ -73,16 +74,16 @@ def copy_of(
     if last_name(func) == _REPLACE:
         src = None
         if isinstance(func, ast.Attribute) and ref(func.value) not in ("dataclasses", None):
-            src = _canonical(ref(func.value), aliases)
+            src = canonical(ref(func.value), aliases)
         elif expr.args:
-            src = _canonical(ref(expr.args[0]), aliases)
+            src = canonical(ref(expr.args[0]), aliases)
         if src:
             return Copy(src, frozenset(k.arg for k in expr.keywords if k.arg), "replace")
         return None
     fn = resolve(expr) if resolve is not None else None
     if fn is None:
         if spelled in _COPY_CALLS and len(expr.args) >= 1:
-            src = _canonical(ref(expr.args[0]), aliases)
+            src = canonical(ref(expr.args[0]), aliases)
             return Copy(src, frozenset(), "copy") if src else None
         return None
     if summaries is None or depth <= 0:
@@ -92,7 +93,7 @@ def copy_of(
         return None
     index, given = got
     arg = _argument(expr, fn, index)
-    src = _canonical(ref(arg), aliases) if arg is not None else None
+    src = canonical(ref(arg), aliases) if arg is not None else None
     return Copy(src, given, "helper") if src else None
 
 
