@@ -23,7 +23,7 @@ from invariant_check.analysis.values import Finding as ValueFinding
 from invariant_check.analysis.values import OneEntry, Produced
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 
 class LastEntryValidation(Rule):
@@ -574,6 +574,11 @@ def build(self, groups):
             collection = entry.collection
             header = None
         return Report(check.node, message, _hint(dispatch, collection, header, check, view), data)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic001
+
+        return ic001.build(self, report, view)
 
 
 def _matchers(options: dict[str, Any]) -> tuple[Names, Names]:

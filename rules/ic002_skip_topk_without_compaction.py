@@ -10,7 +10,7 @@ from invariant_check.analysis.needs import Names, Words
 from invariant_check.analysis.project import ClassInfo, FunctionInfo
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_call_hint
 
@@ -669,6 +669,10 @@ class DraftSpeculator:
                 continue
             yield Report(call, window.message(verdict), window.hint(), verdict.data())
 
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic002
+
+        return ic002.build(self, report, view)
 
 
 

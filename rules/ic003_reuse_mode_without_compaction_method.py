@@ -4,7 +4,7 @@ from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Words
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_method_hint
 
@@ -316,6 +316,11 @@ class MTPBase(nn.Module):
             compaction_method_hint(compaction),
             data,
         )
+
+    def fix(self, report: Report, view) -> Fix | None:
+        from ._fixes import ic003
+
+        return ic003.build(self, report, view)
 
 
 def _ancestors_with_spelling(info):

@@ -32,7 +32,7 @@ from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.summaries import Summaries
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 
 @dataclass(frozen=True)
@@ -697,6 +697,11 @@ def advance_bounds(self, md):
         # the cap as the function can spell it: vLLM proposers keep it on `self`
         cap = "self.max_model_len" if has_self else "max_model_len"
         return Report(node, message, _hint(write, spelled, stale, amount, cap), data)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic004
+
+        return ic004.build(self, report, view)
 
 
 # -- what a definition must contain ------------------------------------------------------------

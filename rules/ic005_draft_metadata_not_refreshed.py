@@ -28,7 +28,7 @@ from invariant_check.analysis.needs import Any as AnyOf
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 # in-place methods of a dict of per-layer metadata that give it new entries
 _DICT_REFRESH = frozenset({"update", "setdefault", "__setitem__"})
@@ -542,6 +542,11 @@ class Drafter:
                     continue
                 reported.add(key)
                 yield judge.report(loop, md, advance, forward)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic005
+
+        return ic005.build(self, report, view)
 
 
 def _metadata_names(options: dict[str, Any]) -> Names:
