@@ -87,6 +87,17 @@ class LastEntryValidation(Rule):
     values that reach the check through containers or attributes the rule cannot follow: the
     `group-metadata` runtime guard checks every group's metadata type at every draft step.
 
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`; review it: it changes which values the check sees). Where
+    the loop stores each value in a collection (`d[key] = value`, `lst.append(value)`), or the
+    check picks one entry of one, the check is rewritten over every entry: a validation as
+    `all(isinstance(md, T) for md in d.values())` (`any(...)` where the check raises when it
+    holds), a dispatch as `any(...)`, as vLLM 0.20.0 wrote its tree-attention test; a validating
+    helper is called for each entry. Otherwise an `assert`, an `if` that only raises, or a
+    validating call moves into the loop, right after the statement that binds the value.
+    No fix for a dispatch without a collection (which group decides is a design question), for
+    a check stored in a flag first, or when the check reads names bound between the loop and it.
+
     ## Options
     - `metadata-names` (globs, any case): names that hold attention metadata.
       Default `*metadata*`, `*attn_md*`, `*_md`, `md`. Measured on the whole `vllm/` tree of

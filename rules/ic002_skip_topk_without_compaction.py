@@ -95,6 +95,16 @@ class SkipTopkWithoutCompaction(Rule):
     - A compaction in a helper counts if the helper compacts on some path: its own conditions
       (`if idx is not None:`) are taken as the helper's business.
 
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). `<model>.compact_topk_indices(<rows>)` right after the
+    switch, in its block (so under its conditions), on the switched model: vLLM 0.25.0's fix of
+    0.24.0. The rows are those of a compaction the function already makes in the wrong place
+    (that call is moved, not repeated: a second gather would permute the rows again), else the
+    sampled rows by their vLLM names (`token_indices_to_sample`, `last_token_indices`, a name
+    holding `token_indices`) bound before the switch. No fix when neither is in scope, when the
+    switch shares its line or statement with other code, when the misplaced compaction is not a
+    statement of its own in this function, or when a helper compacts on some paths only.
+
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
     - `compaction-method` (default `compact_topk_indices`): the call that compacts the buffer.

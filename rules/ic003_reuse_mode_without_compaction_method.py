@@ -65,6 +65,15 @@ class ReuseModeWithoutCompactionMethod(Rule):
     among the project's classes; a finding that relied on that says so in its data
     (`resolved_by: short-name`).
 
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). A `compact_topk_indices(self, slot_ids)` method, added right
+    after `set_skip_topk` (where vLLM 0.25.0 put it), that finds the shared buffers the way the
+    `topk-layout` guard and `invariant_check.compaction` do: every module under the model
+    (`self.modules()`) and the attention `impl` it keeps, holding a `topk_indices_buffer`; each
+    distinct storage (`data_ptr()`) is gathered once, `buf[:n] = buf[slot_ids]`, since layers
+    that share a buffer must not gather it twice. Offered for `torch.nn.Module` subclasses only
+    (the method walks `self.modules()`). The callers still need IC002's call.
+
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
     - `compaction-method` (default `compact_topk_indices`): the method that must exist beside it.

@@ -141,6 +141,18 @@ class DraftMetadataNotRefreshed(Rule):
     decode rows' slot mapping against positions and block table) at every draft step's
     metadata build.
 
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). The metadata is built again inside the draft step, right
+    before the forward, as vLLM 0.21.0 builds it on every step. A build of this function
+    (`md = build(...)` before the loop, or on the first step only) is repeated there (moved,
+    when it sat in the loop). Metadata the callers pass in (vLLM's `generate_draft`) gets a
+    `rebuild_<md>=None` parameter, called there while the metadata is set, and each call site in
+    the same file passes its own build, evaluated anew at every step (`lambda: <build>`, or a
+    small function right before a call written on one line). No fix when the build is in
+    another file or is one of several, or when a name it reads changes between the build and
+    the call. A function passed around rather than called (a CUDA graph capture) keeps its
+    single build: the parameter's default leaves it as it was.
+
     ## Options
     - `input-advancing-calls`: last names of calls that advance the draft inputs. Default
       `update_eagle_inputs`, `update_draft_inputs`, `compute_slot_mappings`,

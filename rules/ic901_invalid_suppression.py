@@ -35,6 +35,9 @@ class InvalidSuppression(Rule):
     md = builder.build(common)  # invariant-check: ignore[IC002]
     ```
 
+    ## Fix
+    None: which rule a misspelled code meant is a guess. The message names the closest one.
+
     ## Options
     None.
     """
