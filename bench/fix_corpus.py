@@ -118,7 +118,9 @@ def main() -> int:
         outside = [p for p in changed if p not in held]
         second = run(tree, "--fix", "--unsafe-fixes")
         again = sorted(p for p, h in snapshot(tree).items() if h != after.get(p))
-        ok = not (not_compiling or remaining or errors or outside or again or dropped or errors_before)
+        if second.returncode != 0:
+            problems.append(f"  {version}: a second --fix exits {second.returncode}: {second.stderr.strip()[:200]}")
+        ok = not (not_compiling or remaining or errors or outside or again or dropped or errors_before or second.returncode)
         rows.append((
             version, len(before), n_fixed, len(changed), "yes" if not not_compiling else "NO",
             len(remaining) + len(errors), "yes" if not outside else "NO", len(again), f"{elapsed:.1f} s",

@@ -249,16 +249,22 @@ def _edit_bytes(data: bytes, edits: list[Edit]) -> bytes:
 
 def _not_fixed(result, taken: dict[Path, list[Finding]], cwd: Path) -> dict[Path, list[Finding]]:
     """The fixes of this pass whose finding the new lint still reports where it moved."""
-    now: dict[Path, set[tuple[str, int]]] = {}
+    now: dict[Path, set[tuple[str, int, str]]] = {}
     for f in result.findings:
-        now.setdefault(_absolute(f.path, cwd), set()).add((f.rule, f.line))
+        now.setdefault(_absolute(f.path, cwd), set()).add((f.rule, f.line, _gist(f.message)))
     failed: dict[Path, list[Finding]] = {}
     for path, fs in taken.items():
         edits = [e for f in fs for e in f.fix.edits]
         for f in fs:
-            if (f.rule, moved_line(f.line, f.column, edits)) in now.get(path, ()):
+            if (f.rule, moved_line(f.line, f.column, edits), _gist(f.message)) in now.get(path, ()):
                 failed.setdefault(path, []).append(f)
     return failed
+
+
+def _gist(message: str) -> str:
+    """A finding's message without its numbers (line numbers in it move with the edits): two
+    findings of one rule on one line are told apart by what they say."""
+    return re.sub(r"\d+", "#", message)
 
 
 def moved_line(line: int, column: int, edits: list[Edit]) -> int:

@@ -208,7 +208,7 @@ def _helper_per_entry(ed: Editor, func: ast.AST, found, iterable: str, replaced,
     if call is None:
         return None
     new = reindent(f"for {entry} in {iterable}:\n    {call}", indent).rstrip("\n")
-    (l1, c1), (l2, c2) = ed.start(stmt), ed.end(stmt)
+    (l1, _), (l2, c2) = ed.start(stmt), ed.end(stmt)
     return Fix(UNSAFE, f"Validate every entry of `{iterable}`", (Edit(l1, 1, l2, c2, new),))
 
 
