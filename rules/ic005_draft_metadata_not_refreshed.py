@@ -148,9 +148,9 @@ class DraftMetadataNotRefreshed(Rule):
     when it sat in the loop). Metadata the callers pass in (vLLM's `generate_draft`) gets a
     `rebuild_<md>=None` parameter, called there while the metadata is set, and each call site in
     the same file passes its own build, evaluated anew at every step (`lambda: <build>`, or a
-    small function right before a call written on one line). No fix when the build is in
-    another file or is one of several, or when a name it reads changes between the build and
-    the call. A function passed around rather than called (a CUDA graph capture) keeps its
+    small function right before a call written on one line). No fix when no caller in the
+    project builds it, when the build is in another file or is one of several, or when a name
+    it reads changes between the build and the call. A function passed around rather than called (a CUDA graph capture) keeps its
     single build: the parameter's default leaves it as it was.
 
     ## Options

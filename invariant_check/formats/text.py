@@ -93,9 +93,8 @@ def render(
             offers.append(f"{unsafe} {'more ' if safe else 'fixable '}with `--fix --unsafe-fixes` (review them first: `--diff --unsafe-fixes`)")
         out.append("; ".join(offers) + ".")
     if fixed:
+        parts = [p[:1].lower() + p[1:] for p in parts] or ["none left"]
         parts.insert(0, f"Fixed {len(fixed)} finding{'s' * (len(fixed) != 1)}")
-        if len(parts) == 1:
-            parts.append("none left")
     if not parts:
         out.append(f"All checks passed ({checked}).")
     else:
