@@ -65,6 +65,7 @@ def test_every_offered_fix_compiles_and_removes_its_finding(code, index, tmp_pat
     main_file = tmp_path / "before" / EXAMPLE_FILE
     before = main_file.read_bytes()
     for f in fixed:
+        assert f.fix.message and "\n" not in f.fix.message  # one line: it is listed by --show-fixes
         after = _edit_bytes(before, list(f.fix.edits))
         assert after != before
         assert check_source(after, EXAMPLE_FILE) is None, after.decode()

@@ -168,7 +168,7 @@ def _rewrite(ed: Editor, func: ast.AST, found, iterable: str, replaced: list[ast
     if inner is None:
         return None
     quantifier = _quantifier(found, target, parents)
-    text = f"{quantifier}({inner} for {entry} in {iterable})"
+    text = one_line = f"{quantifier}({inner} for {entry} in {iterable})"
     (l1, c1), (l2, c2) = ed.start(target), ed.end(target)
     head, tail = ed.line(l1)[: c1 - 1], ed.line(l2)[c2 - 1 :]
     if l1 != l2 or len(head) + len(text) + len(tail) > WIDTH:
@@ -176,7 +176,7 @@ def _rewrite(ed: Editor, func: ast.AST, found, iterable: str, replaced: list[ast
         indent = head[: len(head) - len(head.lstrip())]
         text = f"{quantifier}(\n{indent}    {inner}\n{indent}    for {entry} in {iterable}\n{indent})"
     what = "every entry" if quantifier == "all" else "any entry"
-    return Fix(UNSAFE, f"Check {what} of `{iterable}`: `{_short(text)}`", (ed.replace(target, text),))
+    return Fix(UNSAFE, f"Check {what} of `{iterable}`: `{_short(one_line)}`", (ed.replace(target, text),))
 
 
 def _quantifier(found, target: ast.AST, parents) -> str:
