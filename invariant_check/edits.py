@@ -100,9 +100,6 @@ class Editor:
         (l1, c1), (l2, c2) = self.start(node), self.end(node)
         return Edit(l1, c1, l2, c2, text)
 
-    def insert_at(self, pos: tuple[int, int], text: str) -> Edit:
-        return Edit(pos[0], pos[1], pos[0], pos[1], text)
-
     def _continued(self, line: int) -> bool:
         return self.line(line).rstrip().endswith("\\")
 

@@ -111,7 +111,7 @@ def run_fixes(
                     out.notes.append(f"{_where(f)}: {f.rule} fix dropped: the finding is still reported after it")
                 keep = [f for f in taken[path] if f not in bad]
                 base = before_pass.get(path) if path in before_pass else out.originals[path]
-                current[path] = _edit_bytes(base, [e for f in keep for e in f.fix.edits]) if keep else base
+                current[path] = apply_edits(base, [e for f in keep for e in f.fix.edits]) if keep else base
                 taken[path] = keep
             result = relint(dict(current))
             failed = _not_fixed(result, {p: fs for p, fs in taken.items() if fs}, cwd)
@@ -147,7 +147,7 @@ def _apply_file(path: Path, data: bytes, findings: list[Finding], notes: list[st
             notes.append(f"{_where(f)}: {f.rule} fix dropped: an edit at {bad[0]}:{bad[1]} is not on a syntax boundary")
             dropped.add(_key(f))
             continue
-        trial = _edit_bytes(data, [e for k in kept + [f] for e in k.fix.edits])
+        trial = apply_edits(data, [e for k in kept + [f] for e in k.fix.edits])
         why = check_source(trial, f.path)
         if why is not None:
             notes.append(f"{_where(f)}: {f.rule} fix dropped: the fixed file {why}")
@@ -227,7 +227,7 @@ class Boundaries:
 # -- bytes ----------------------------------------------------------------------------------------
 
 
-def _edit_bytes(data: bytes, edits: list[Edit]) -> bytes:
+def apply_edits(data: bytes, edits: list[Edit]) -> bytes:
     """The bytes with the edits made, in the file's encoding and with its line ending."""
     bom = data.startswith(codecs.BOM_UTF8)
     body = data[3:] if bom else data
@@ -346,7 +346,7 @@ def example_fix(rule) -> str | None:
                 if f.fix is None:
                     continue
                 before = (Path(tmp) / EXAMPLE_FILE).read_bytes()
-                after = _edit_bytes(before, list(f.fix.edits))
+                after = apply_edits(before, list(f.fix.edits))
                 how = "safe" if f.fix.applicability == SAFE else "unsafe"
                 return f"{f.fix.message} ({how}):\n\n```diff\n" + unified_diff(EXAMPLE_FILE, before, after) + "```\n"
     return None

@@ -20,7 +20,7 @@ from ic_support import RULE, assert_no_traceback, run_cli
 from invariant_check.analysis.source import Source, decode
 from invariant_check.cli import main
 from invariant_check.edits import apply_to_text, render_hint
-from invariant_check.fixes import _edit_bytes, check_source, moved_line
+from invariant_check.fixes import apply_edits, check_source, moved_line
 from invariant_check.registry import all_rules
 from invariant_check.testing import EXAMPLE_FILE, run_example
 from invariant_check.types import SAFE, UNSAFE, Edit, Fix, Invalid
@@ -66,7 +66,7 @@ def test_every_offered_fix_compiles_and_removes_its_finding(code, index, tmp_pat
     before = main_file.read_bytes()
     for f in fixed:
         assert f.fix.message and "\n" not in f.fix.message  # one line: it is listed by --show-fixes
-        after = _edit_bytes(before, list(f.fix.edits))
+        after = apply_edits(before, list(f.fix.edits))
         assert after != before
         assert check_source(after, EXAMPLE_FILE) is None, after.decode()
         # the hint is the fix, rendered: its message, then the lines it adds
@@ -123,10 +123,10 @@ def test_edits_count_lines_as_python_does_and_keep_the_file_line_ending():
 
 def test_edit_bytes_keep_bom_and_declared_encoding():
     latin = "# -*- coding: latin-1 -*-\nname = 'café'\n".encode("latin-1")
-    out = _edit_bytes(latin, [Edit(3, 1, 3, 1, "x = 'é'\n")])
+    out = apply_edits(latin, [Edit(3, 1, 3, 1, "x = 'é'\n")])
     assert out == latin + "x = 'é'\n".encode("latin-1")
     bom = b"\xef\xbb\xbfa = 1\r\n"
-    assert _edit_bytes(bom, [Edit(2, 1, 2, 1, "b = 2\n")]) == b"\xef\xbb\xbfa = 1\r\nb = 2\r\n"
+    assert apply_edits(bom, [Edit(2, 1, 2, 1, "b = 2\n")]) == b"\xef\xbb\xbfa = 1\r\nb = 2\r\n"
 
 
 # -- the command ---------------------------------------------------------------------------------------------
