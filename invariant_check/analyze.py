@@ -328,6 +328,8 @@ def _dep_records(ctx: Context, module: Module, deps: set) -> list[list[Any]]:
             out.append(["exists", dep[1], dep[2]])
         elif kind == "word":
             out.append(["word", dep[1], list(dep[2])])
+        elif kind == "module":
+            out.append(["module", dep[1], dep[2], dep[3]])
     return out
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from . import suppressions
+from .analysis.environment import Environment
 from .analysis.project import FactStore, Project
 from .analysis.views import Context
 from .analyze import Plan, analyze
@@ -49,6 +50,8 @@ class LintResult:
     files_parsed: int = 0  # files with at least one definition parsed for a rule
     cache_hits: int = 0
     warnings: list[str] = field(default_factory=list)
+    # modules imported from outside the project: dotted name -> (origin, path or None)
+    outside: dict[str, tuple[str, str | None]] = field(default_factory=dict)
 
 
 @dataclass
@@ -113,7 +116,9 @@ class Engine:
         root: Path | None = None,
         cwd: Path | None = None,
         listing: Callable[[], list[Path]] | None = None,
+        environment: Environment | None = None,
     ) -> None:
+        self.environment = environment if environment is not None else Environment.models_only()
         self.emitted = [r.CODE for r in rules if r.EMITTED_BY_ENGINE]
         self.plan = Plan.build(rules, options, prefilter)
         self.codes = [r.CODE for r in self.plan.rules]
@@ -140,6 +145,7 @@ class Engine:
             display=lambda p: display_path(p, self.cwd),
             listing=self._listing,
             digest=digest,
+            environment=self.environment,
         )
 
     def _shown(self, path: Path) -> str:
@@ -183,6 +189,9 @@ class Engine:
                 result.files_parsed += 1
             if d.cache_hit:
                 result.cache_hits += 1
+            for dep in d.outcome.deps:
+                if dep[0] == "module":
+                    result.outside.setdefault(dep[1], (dep[2], dep[3]))
             if d.record.skip:
                 continue
             candidates.extend((d.record.shown, c) for c in d.outcome.candidates)

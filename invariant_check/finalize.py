@@ -87,6 +87,7 @@ def finalize(
     else:
         pfi = PerFileIgnores(per_file_ignores, root if root is not None else os.getcwd())
     parsed: dict[str, suppressions.FileSuppressions] = {}
+
     raw: dict[str, bytes] = {}  # the bytes read, for the fixes of IC900
 
     def comments(shown: str) -> suppressions.FileSuppressions:
@@ -147,32 +148,34 @@ def _about_comments(source: SourceFile, sups, analysis: frozenset[str], unused: 
         if invalid and d.problems:
             scope = "that part suppresses nothing" if d.named else "the comment suppresses nothing"
             problems = "; ".join(_capital(p) for p in d.problems)
-            yield _finding(source.shown, d, INVALID, f"{problems} in `{d.text}`: {scope}")
+            # the hint is the comment as it should be written, when that can be told
+            spelt = f"Write `{d.spelling}`." if d.spelling else None
+            yield _finding(source.shown, d, INVALID, f"{problems} in `{d.text}`: {scope}", spelt)
         if not unused or d.kind not in ("ignore", "noqa"):
             continue
         if d.named is None:
             if not d.used:
                 fix = unused_fix(d, None)
-                yield _finding(source.shown, d, UNUSED, f"Unused suppression: `{d.text}` suppresses nothing on this line", fix, text)
+                yield _finding(source.shown, d, UNUSED, f"Unused suppression: `{d.text}` suppresses nothing on this line", fix=fix, text=text)
             continue
         idle = [(token, code) for token, code in d.named if code in analysis and code not in d.used_codes]
         if idle:
             names = ", ".join(f"`{t}`" if t.upper() == c else f"`{t}` ({c})" for t, c in idle)
             verb = "suppresses" if len(idle) == 1 else "suppress"
             fix = unused_fix(d, {code for _, code in idle})
-            yield _finding(source.shown, d, UNUSED, f"Unused suppression: {names} in `{d.text}` {verb} nothing on this line", fix, text)
+            yield _finding(source.shown, d, UNUSED, f"Unused suppression: {names} in `{d.text}` {verb} nothing on this line", fix=fix, text=text)
 
 
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _finding(shown: str, d, rule: tuple[str, str], message: str, fix=None, text: list[str] | None = None) -> Finding:
+def _finding(shown: str, d, rule: tuple[str, str], message: str, hint: str | None = None, fix=None, text: list[str] | None = None) -> Finding:
     from .registry import (
         all_rules,  # the rule modules hold the one wording of the hints
     )
 
-    hint = all_rules()[rule[0]].HINT
+    hint = hint or all_rules()[rule[0]].HINT
     if fix is not None:
         from .analysis.source import Source
         from .edits import render_hint

@@ -125,6 +125,7 @@ class RunSettings:
     cache: bool = True
     cache_dir: Path | None = None  # overrides every project's
     prefilter: bool = True
+    python: str | None = None  # --python: overrides every project's `python`
 
 
 @dataclass
@@ -137,6 +138,9 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     paths_not_found: int = 0
     rules: list[Any] = field(default_factory=list)  # every rule enabled in some project
+    baselined: int | None = None  # findings a baseline held back (None: no baseline in use)
+    # modules read from outside the projects: dotted name -> how `-v` describes the source
+    outside: dict[str, str] = field(default_factory=dict)
 
 
 def lint_projects(
@@ -146,17 +150,29 @@ def lint_projects(
     cwd: Path,
     sources: dict[Path, bytes] | None = None,
 ) -> RunResult:
+    from .analysis.environment import Environment, UnusableEnvironment
     from .cache import Cache, config_key
+    from .config import ConfigError
     from .engine import Engine
     from .registry import all_rules, emitted_by_engine
     from .suppressions import SYNTAX_VERSION
 
     merged = RunResult()
     enabled: dict[str, Any] = {}
+    environments: dict[tuple, Environment] = {}
     for project in projects:
         if not project.files:
             continue
         cfg = project.config
+        python = settings.python or cfg.python
+        env_key = (python, tuple(cfg.extra_paths))
+        env = environments.get(env_key)
+        if env is None:
+            try:
+                env = environments[env_key] = Environment.of(python, cfg.extra_paths)
+            except UnusableEnvironment as exc:
+                where = f"--python {python}" if settings.python else f"{cfg.source}: [tool.invariant-check] python"
+                raise ConfigError(f"{where}: {exc}") from None
         rules = [all_rules()[c] for c in settings.selection.codes(cfg)]
         for r in rules:
             enabled[r.CODE] = r
@@ -166,7 +182,9 @@ def lint_projects(
             directory = settings.cache_dir or cfg.cache_dir or (cfg.root / ".invariant-check-cache")
             # the engine-emitted rules change no cached result: toggling IC900 keeps the cache
             analysis = [r.CODE for r in rules if not emitted_by_engine(r)]
-            key = config_key(analysis, {c: options[c] for c in analysis}, {"suppressions": SYNTAX_VERSION})
+            key = config_key(
+                analysis, {c: options[c] for c in analysis}, {"suppressions": SYNTAX_VERSION, "environment": env.fingerprint()}
+            )
             cache = Cache(Path(directory), key)
             cache.load()
         engine = Engine(
@@ -179,6 +197,7 @@ def lint_projects(
             root=cfg.root,
             cwd=cwd,
             listing=project.listing,
+            environment=env,
         )
         members = set(project.files)
         given = {p: b for p, b in (sources or {}).items() if p in members}
@@ -188,7 +207,9 @@ def lint_projects(
         merged.files_seen += result.files_seen
         merged.files_parsed += result.files_parsed
         merged.cache_hits += result.cache_hits
-        merged.warnings.extend(w for w in result.warnings if w not in merged.warnings)
+        merged.warnings.extend(w for w in [*cfg.warnings, *result.warnings] if w not in merged.warnings)
+        for name, (origin, path) in result.outside.items():
+            merged.outside.setdefault(name, env.describe(origin, Path(path) if path else None, name))
     merged.rules = [enabled[c] for c in sorted(enabled)]
     merged.findings.sort(key=Finding.sort_key)
     return merged

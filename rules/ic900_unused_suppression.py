@@ -11,7 +11,7 @@ class UnusedSuppression(Rule):
     ## What it does
     Flags a suppression comment (`# invariant-check: ignore[...]`, a bare
     `# invariant-check: ignore`, or the IC codes of a `# noqa: ...`) that suppresses nothing in
-    this run. Each rule named in a comment is checked on its own: in `ignore[IC002, IC001]`,
+    this run. (A comment that is misspelt, and so could suppress nothing, is IC901's.) Each rule named in a comment is checked on its own: in `ignore[IC002, IC001]`,
     an unused IC001 is reported even when IC002 is used. The comment is quoted as written.
 
     Off by default: turn it on with `--warn-unused-ignores`, `--extend-select IC900`, or

@@ -34,6 +34,9 @@ PACKAGE_DIRS: dict[str, str] = SETUPTOOLS["package-dir"]
 SOURCE_ROOTS = {"invariant_check": "invariant_check", "rules": "invariant_check.rules",
                 "runtime_guards": "invariant_check.runtime_guards"}
 HEAVY = ("torch", "triton", "vllm")
+# Source read by the analysis, never imported: shipped as package data (the wheel test below
+# still requires every one of its files).
+DATA_FOLDERS = (ROOT / "invariant_check" / "models",)
 
 FINDING = """\
 import torch.nn as nn
@@ -52,6 +55,8 @@ def _package_folders(src: str) -> dict[str, Path]:
     for folder in [base, *sorted(p for p in base.rglob("*") if p.is_dir())]:
         rel = folder.relative_to(base).parts
         if "__pycache__" in rel or any(part.startswith(".") for part in rel):
+            continue
+        if any(folder == d or d in folder.parents for d in DATA_FOLDERS):
             continue
         if not any(folder.glob("*.py")):
             continue

@@ -119,6 +119,11 @@ class FunctionFacts:
     imports: dict[str, list] = field(default_factory=dict)  # function-local imports
     # buffers whose rows it gathers in place (`buf[:n].copy_(buf[idx])`), as dotted refs
     gathers: list[str] = field(default_factory=list)
+    # its whole body is `...`: in a bundled model, a body that is not modelled (see
+    # `Project.function_of`); elsewhere an abstract method or a protocol's
+    ellipsis: bool = False
+    # parameters annotated as containers: the class of their entries (`dict[str, Cls]`)
+    elements: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -129,6 +134,7 @@ class ClassFacts:
     attrs: dict[str, str | None]  # class-body bindings: name -> ref of the value
     methods: list[str]
     fields: list[str]  # annotated class-body names (dataclass fields)
+    types: dict[str, str] = field(default_factory=dict)  # annotated name -> the class it declares
 
 
 @dataclass
@@ -229,6 +235,7 @@ def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
 def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> ClassFacts:
     attrs: dict[str, str | None] = {}
     fields: list[str] = []
+    types: dict[str, str] = {}
     names = set(methods)
     for st in node.body:
         if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
@@ -241,6 +248,9 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
             fields.append(st.target.id)
             if st.value is not None:
                 attrs[st.target.id] = ref(st.value)
+            declared = annotation_ref(st.annotation)
+            if declared:
+                types[st.target.id] = declared
     return ClassFacts(
         qual=qual,
         line=node.lineno,
@@ -248,6 +258,7 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
         attrs=attrs,
         methods=sorted(names),
         fields=fields,
+        types=types,
     )
 
 
@@ -283,14 +294,77 @@ def _checked_names(test: ast.AST) -> Iterator[str]:
                 yield node.args[0].id
 
 
+_WRAPPERS = frozenset({"Optional", "Annotated", "ClassVar", "Final", "Required", "NotRequired", "ReadOnly"})
+_MAPPINGS = frozenset({"dict", "Dict", "Mapping", "MutableMapping", "defaultdict", "DefaultDict", "OrderedDict"})
+_SEQUENCES = frozenset({
+    "list", "List", "Sequence", "MutableSequence", "tuple", "Tuple", "set", "Set", "frozenset",
+    "FrozenSet", "Iterable", "Iterator", "Collection", "deque", "Deque",
+})
+
+
+def _annotation_node(node: ast.AST | None) -> ast.AST | None:
+    """An annotation without its spelling: a string annotation parsed, `X | None`,
+    `Optional[X]`, `Union[X, None]`, `Annotated[X, ...]` reduced to `X`."""
+    for _ in range(8):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            try:
+                node = ast.parse(node.value.strip(), mode="eval").body
+            except SyntaxError:
+                return None
+            continue
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            sides = [n for n in (node.left, node.right) if not (isinstance(n, ast.Constant) and n.value is None)]
+            if len(sides) != 1:
+                return None
+            node = sides[0]
+            continue
+        if isinstance(node, ast.Subscript):
+            head = last_name(node.value)
+            inner = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+            if head in _WRAPPERS:
+                node = inner[0]
+                continue
+            if head == "Union":
+                rest = [n for n in inner if not (isinstance(n, ast.Constant) and n.value is None)]
+                if len(rest) != 1:
+                    return None
+                node = rest[0]
+                continue
+        return node
+    return None
+
+
+def annotation_ref(node: ast.AST | None) -> str | None:
+    """The class an annotation names (see `_annotation_node`); None for a generic or a union."""
+    found = _annotation_node(node)
+    return ref(found) if found is not None and not isinstance(found, ast.Subscript) else None
+
+
+def element_ref(node: ast.AST | None) -> str | None:
+    """The class of the entries of a container annotation: `V` of `dict[K, V]` or
+    `Mapping[K, V]`, `X` of `list[X]`, `Sequence[X]`, `tuple[X, ...]`."""
+    found = _annotation_node(node)
+    if not isinstance(found, ast.Subscript):
+        return None
+    head = last_name(found.value)
+    inner = found.slice.elts if isinstance(found.slice, ast.Tuple) else [found.slice]
+    if head in _MAPPINGS and len(inner) == 2:
+        return annotation_ref(inner[1])
+    if head in _SEQUENCES and inner:
+        return annotation_ref(inner[0])
+    return None
+
+
+def _only_ellipsis(body: list[ast.stmt]) -> bool:
+    return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and body[0].value.value is Ellipsis
+
+
 def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls: str | None) -> FunctionFacts:
     args = node.args
     params = [a.arg for a in args.posonlyargs + args.args]
     all_params = params + [a.arg for a in args.kwonlyargs]
-    annotations = {
-        a.arg: ref(a.annotation) if a.annotation is not None else None
-        for a in args.posonlyargs + args.args + args.kwonlyargs
-    }
+    every = args.posonlyargs + args.args + args.kwonlyargs
+    annotations = {a.arg: annotation_ref(a.annotation) for a in every}
     facts = FunctionFacts(
         qual=qual,
         cls=cls,
@@ -298,6 +372,8 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
         end_line=getattr(node, "end_lineno", None) or node.lineno,
         params=params + [p for p in all_params if p not in params],
         annotations=annotations,
+        ellipsis=_only_ellipsis(node.body),
+        elements={a.arg: e for a in every if (e := element_ref(a.annotation)) is not None},
     )
     assigned: dict[str, set[str | None]] = {}
     self_name = params[0] if cls is not None and params else None
@@ -376,6 +452,11 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                             how = _self_attr(value)
                             if how is not None:
                                 facts.self_attrs.setdefault(t.attr, how)
+                    if self_name is not None and tref == self_name and isinstance(sub, ast.AnnAssign):
+                        # `self.x: Cls | None = None`: the declared class wins
+                        declared = annotation_ref(sub.annotation)
+                        if declared:
+                            facts.self_attrs[t.attr] = ["new", declared]
                 elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and isinstance(sub, ast.AugAssign):
                     # `x.seq_lens[:n] += 1`
                     holder = t.value
@@ -443,7 +524,8 @@ def gathered_buffer(node: ast.AST) -> str | None:
 
 
 def _self_attr(value: ast.AST | None) -> list | None:
-    """How `self.x = value` binds x: a new instance, a function, a partial of one."""
+    """How `self.x = value` binds x: a new instance, a function, a partial of one, a copy of
+    another object (`copy.copy(md)`, `md.replace(...)`: of its class)."""
     if isinstance(value, ast.Call):
         fn = ref(value.func)
         if fn is None:
@@ -451,6 +533,12 @@ def _self_attr(value: ast.AST | None) -> list | None:
         if last_name(value.func) == "partial" and value.args:
             inner = ref(value.args[0])
             return ["partial", inner] if inner else None
+        if fn in ("copy.copy", "copy.deepcopy", "copy", "deepcopy", "replace", "dataclasses.replace") and value.args:
+            src = ref(value.args[0])
+            return ["copy", src] if src else None
+        if last_name(value.func) == "replace" and isinstance(value.func, ast.Attribute) and fn != "dataclasses.replace":
+            src = ref(value.func.value)
+            return ["copy", src] if src else None
         return ["new", fn]
     r = ref(value)
     return ["ref", r] if r else None

@@ -26,9 +26,10 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import CallFact, last_name, ref, target_names, walk_local
+from .facts import CallFact, annotation_ref, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import Names, Need, PerText, Words
+from .objects import bound_value, carries, copy_of
 from .project import ClassInfo, FunctionInfo, Module
 from .source import ascii_text
 from .summaries import Summaries
@@ -46,13 +47,16 @@ def variants(field: str) -> frozenset[str]:
 
 class Locals(dict):
     """`local_aliases`' answer: name -> dotted value; `values` holds every name bound exactly
-    once by a plain assignment, with its expression (`new = cad.seq_lens + 1`)."""
+    once by a plain assignment, with its expression (`new = cad.seq_lens + 1`); `copies`,
+    every such name bound to a copy of another object (`new = copy.copy(md)`: `md`)."""
 
     values: dict[str, ast.AST]
+    copies: dict[str, str]
 
 
-def local_aliases(node: ast.AST) -> Locals:
-    """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`."""
+def local_aliases(node: ast.AST, view=None) -> Locals:
+    """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`. With
+    the function's `view`, copies made by project helpers are resolved too."""
     seen: dict[str, set[str | None]] = {}
     exprs: dict[str, list[ast.AST | None]] = {}
     for sub in walk_local(node):
@@ -85,7 +89,25 @@ def local_aliases(node: ast.AST) -> Locals:
         for name, found in exprs.items()
         if len(found) == 1 and found[0] is not None and len(seen.get(name, ())) == 1
     }
+    out.copies = {}
+    resolve = (lambda call: resolve_call(view, call)[1]) if view is not None else None
+    summaries = view.ctx.summaries() if view is not None else None
+    for name, value in out.values.items():
+        made = copy_of(value, out, resolve, summaries)
+        if made is not None and made.source != name:
+            out.copies[name] = made.source
     return out
+
+
+def copied_from(name: str, aliases: dict[str, str]) -> str:
+    """The object a local copy was made from, through copies of copies (`name` itself when it
+    is no copy)."""
+    copies = getattr(aliases, "copies", None) or {}
+    seen = {name}
+    while name in copies and copies[name] not in seen:
+        name = copies[name]
+        seen.add(name)
+    return name
 
 
 def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
@@ -127,10 +149,18 @@ def added(op: ast.operator, amount: ast.AST) -> int | None:
 
 
 def _same(node: ast.AST, old: str, aliases: dict[str, str]) -> bool:
-    """`node` is `old` itself or a slice of it (`x.a[:n]`)."""
+    """`node` is `old` itself or a slice of it (`x.a[:n]`), also read from the object a copy
+    was made from (`new = copy.copy(md)`: `md.a` is `new.a` until one of them is written)."""
     if isinstance(node, ast.Subscript):
         node = node.value
-    return canonical(ref(node), aliases) == old
+    spelled = canonical(ref(node), aliases)
+    if spelled == old:
+        return True
+    copies = getattr(aliases, "copies", None)
+    if copies and spelled is not None:
+        head, _, fld = old.rpartition(".")
+        return copies.get(head) is not None and spelled == f"{copies[head]}.{fld}"
+    return False
 
 
 def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int | None:
@@ -357,23 +387,33 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
         return None
     for sub in walk_local(view.node):
         if isinstance(sub, ast.AnnAssign) and isinstance(sub.target, ast.Name) and sub.target.id == obj:
-            ann = view.resolve(ref(sub.annotation))
+            ann = view.resolve(annotation_ref(sub.annotation))
             if ann.kind == "class":
                 return view.project.class_of(ann)
+        if isinstance(sub, (ast.For, ast.AsyncFor)):
+            # `for md in per_layer.values()`, `for name, md in per_layer.items()`
+            target, it = sub.target, sub.iter
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(it, ast.Call) and last_name(it.func) == "items":
+                target = target.elts[1]
+            if isinstance(target, ast.Name) and target.id == obj:
+                got = _entry_class(view, it)
+                if got is not None:
+                    return got
+            continue
         if not (isinstance(sub, ast.Assign) and any(isinstance(t, ast.Name) and t.id == obj for t in sub.targets)):
             continue
         value = sub.value
+        entry = _entry_class(view, value)
+        if entry is not None:
+            return entry
         if not isinstance(value, ast.Call):
             continue
-        if last_name(value.func) == "replace":
-            src = None
-            if isinstance(value.func, ast.Attribute) and ref(value.func.value) != "dataclasses":
-                src = ref(value.func.value)
-            elif value.args:
-                src = ref(value.args[0])
-            src = canonical(src, aliases)
-            if src and src != obj:
-                got = class_of(view, src, aliases, depth + 1)
+        # a copy has the class of what it copies (`copy.copy(md)`, `replace(md, ...)`, a
+        # helper returning a copy of its argument)
+        made = copy_of(value, aliases, lambda call: resolve_call(view, call)[1], view.ctx.summaries())
+        if made is not None:
+            if made.source != obj:
+                got = class_of(view, made.source, aliases, depth + 1)
                 if got is not None:
                     return got
             continue
@@ -381,6 +421,32 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
         if callee.kind == "class":
             return view.project.class_of(callee)
     return None
+
+
+def _entry_class(view, expr: ast.AST) -> ClassInfo | None:
+    """The class of an entry read from a container parameter annotated with its entries'
+    class (`per_layer: dict[str, Metadata]`): `per_layer[k]`, `per_layer.get(k)`,
+    `per_layer.values()`, `next(iter(per_layer.values()))`."""
+    holder = None
+    for _ in range(4):
+        if isinstance(expr, ast.Subscript):
+            holder = ref(expr.value)
+            break
+        if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("get", "values", "items", "pop"):
+            holder = ref(expr.func.value)
+            break
+        if isinstance(expr, ast.Call) and last_name(expr.func) in ("next", "iter", "list", "tuple") and expr.args:
+            expr = expr.args[0]
+            continue
+        return None
+    info = view.info
+    if holder is None or info is None:
+        return None
+    element = info.facts.elements.get(holder)
+    if element is None:
+        return None
+    sym = view.resolve(element)
+    return view.project.class_of(sym) if sym.kind == "class" else None
 
 
 def mentioned_fields(node: ast.AST, obj: str, aliases: dict[str, str]) -> set[str]:
@@ -565,6 +631,33 @@ def callers(view, fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
     return out
 
 
+def inherited_callers(fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
+    """Where the bases of `fn`'s class call, on `self`, the method `fn` overrides: at run time
+    those calls run `fn` (vLLM's `propose()` calling `self._update_...(...)` that a plugin
+    overrides). Bases outside the project count (read from the environment or the models)."""
+    owner = fn.owner()
+    if owner is None:
+        return []
+    target = f"self.{fn.short}"
+    out: list[CallSite] = []
+    for base in owner.classes()[1:]:
+        module = base.module
+        for chunk in module.class_chunks(base.qual):
+            for facts in module.chunk_facts(chunk).functions.values():
+                if facts.cls != base.qual or not any(c.ref == target for c in facts.calls):
+                    continue
+                caller = FunctionInfo(module, facts)
+                node = caller.node()
+                if node is None:
+                    continue
+                for sub in walk_local(node):
+                    if isinstance(sub, ast.Call) and ref(sub.func) == target:
+                        out.append(CallSite(caller, node, sub))
+                if len(out) >= limit:
+                    return out
+    return out
+
+
 # -- steps: the iteration or function a path question is asked in --------------------------------
 
 
@@ -654,12 +747,32 @@ def covered(
             return "fix"
         return None
 
+    def stop_forward(node):
+        # after the advance, the object must not be handed on (to a build, a forward, a
+        # helper) before the update: that call reads the stale field
+        got = stop(node)
+        if got is None and node.index != idx and receives(node, obj, aliases):
+            return "end"
+        return got
+
     known = flow.known_at(idx)
     assume = presence(obj, names, aliases)
     for forward in (True,) if forward_only else (True, False):
-        if "end" not in flow.search(idx, forward, stop, known, assume):
+        if "end" not in flow.search(idx, forward, stop_forward if forward else stop, known, assume):
             return True
     return False
+
+
+def receives(node, obj: str, aliases: dict[str, str]) -> bool:
+    """Whether a call event is handed the object `obj` itself (as an argument, a keyword or
+    the receiver of one of its methods), not one of its fields."""
+    if node.kind != "call":
+        return False
+    call = node.node
+    spelled = [a.value if isinstance(a, ast.Starred) else a for a in call.args] + [k.value for k in call.keywords]
+    if isinstance(call.func, ast.Attribute):
+        spelled.append(call.func.value)
+    return any(canonical(ref(a), aliases) == obj for a in spelled)
 
 
 def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases: dict[str, str],
@@ -668,7 +781,14 @@ def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases
     of the name, or a call of a project function that writes it on every path."""
     node = flow.nodes[n]
     if node.kind in ("bind", "store") and node.name == obj:
-        return True  # the name now holds another object
+        # the name now holds another object: an update unless that object carries the old
+        # values (an alias, a copy that does not set the field anew)
+        if node.kind == "store" and isinstance(flow.targets.get(n), ast.Subscript):
+            return True  # an entry stored into it
+        value = bound_value(node.node, obj) if node.kind == "bind" else getattr(node.node, "value", None)
+        if isinstance(node.node, ast.AugAssign):
+            return True
+        return not carries(value, names, aliases, resolve, summaries)
     for w in writes_at(flow, n, aliases):
         if w.obj == obj and w.field in names and w.kind == "set":
             return True

@@ -24,6 +24,7 @@ from typing import Callable, Iterable, Iterator
 
 from . import facts as F
 from .deps import Tracker
+from .environment import Environment
 from .outline import (
     CLASS,
     DEF,
@@ -126,6 +127,7 @@ class Module:
         self.error: str | None = None  # why it could not be read, decoded or parsed
         self._whole: list[ast.stmt] | None = None  # the file parsed whole (chunks failed)
         self._stored: dict | None = None
+        self.origin = "project"  # or extra, environment, bundled (see `environment`)
 
     # loading
     @property
@@ -410,6 +412,11 @@ class FunctionInfo:
     def short(self) -> str:
         return self.facts.qual.rsplit(".", 1)[-1]
 
+    @property
+    def opaque(self) -> bool:
+        """A bundled model's function whose body is not modelled (`...`)."""
+        return self.facts.ellipsis and self.module.origin == "bundled"
+
     def node(self) -> ast.AST | None:
         return self.module.node_of(self)
 
@@ -532,7 +539,8 @@ class ClassInfo:
         if not found or owner is None:
             return None
         if value is None:
-            return owner.module.function(f"{owner.qual}.{name}")
+            info = owner.module.function(f"{owner.qual}.{name}")
+            return None if info is not None and info.opaque else info
         sym = self.project.resolve(owner.module, value, scope=None)
         return self.project.function_of(sym)
 
@@ -559,6 +567,11 @@ class ClassInfo:
         pattern = re.compile(r"\bself\s*\.\s*" + re.escape(attr) + r"\s*(?::[^=\n]*)?=(?!=)")
         result = UNKNOWN
         for info in self.classes():
+            declared = info.facts.types.get(attr)  # a class-body annotation (`md: Cls`)
+            if declared:
+                sym = self.project.resolve(info.module, declared, scope=None)
+                if sym.kind == "class":
+                    return Symbol("instance", sym.name, sym.module, sym.qual, sym.via)
             for chunk in info.module.class_chunks(info.qual):
                 text = info.module.source.text
                 if not pattern.search(text, chunk.start, chunk.end):
@@ -574,7 +587,7 @@ class ClassInfo:
                         result = Symbol("instance", sym.name, sym.module, sym.qual, sym.via)
                     elif kind in ("ref", "partial") and sym.kind == "function":
                         result = sym
-                    elif kind == "ref" and sym.kind == "instance":
+                    elif kind in ("ref", "copy") and sym.kind == "instance":
                         result = sym
                     if result.is_known:
                         break
@@ -610,8 +623,11 @@ class Project:
         display: Callable[[Path], str] | None = None,
         listing: Callable[[], list[Path]] | None = None,
         digest: Callable[[bytes], str] | None = None,
+        environment: Environment | None = None,
     ) -> None:
         self.root = Path(os.path.abspath(root))
+        # outside the project: extra-paths, the Python environment, bundled models
+        self.env = environment if environment is not None else Environment.models_only()
         self._read = read or (lambda p: p.read_bytes())
         self._store = facts or FactStore()
         self._display = display or (lambda p: str(p))
@@ -690,37 +706,51 @@ class Project:
             parts.append(path.parent.name)
         return ".".join(reversed(parts))
 
-    def module_at(self, path: Path, data: bytes | None = None) -> Module:
+    def module_at(self, path: Path, data: bytes | None = None, *, name: str | None = None, origin: str = "project") -> Module:
         path = Path(os.path.abspath(path))
         mod = self.modules.get(path)
         if mod is None:
-            mod = Module(self, path, self.module_name(path), data)
+            # an outside module is named as it was imported (an editable install's folder
+            # may not be named like its package)
+            mod = Module(self, path, name if origin != "project" and name else self.module_name(path), data)
+            mod.origin = origin
             self.modules[path] = mod
         elif data is not None and mod._data is None:
             mod._data = data
         return mod
 
-    def find_module(self, name: str, near: "Module | None" = None) -> Module | None:
-        """A module of the project by its dotted name, as `near` imports it."""
+    def find_module(self, name: str, near: "Module | None" = None, probe: bool = False) -> Module | None:
+        """A module by its dotted name, as `near` imports it: from the project, else from
+        outside it (`environment`). `probe`: a guess (is this name a submodule?), not an import
+        that `lint -v` lists when nothing answers."""
         roots = self.roots_for(near)
         key = (name, roots)
         if key in self._by_name:
             self.tracker.note_all(self._lookup_deps.get(key, ()))
-            path = self._by_name[key]
-            return self.module_at(path) if path is not None else None
-        found: Path | None = None
+            found = self._by_name[key]
+            return self.module_at(found[1], name=name, origin=found[0]) if found is not None else None
+        hit: tuple[str, Path] | None = None
         rel = Path(*name.split("."))
         with self.tracker.frame() as checked:
             for root in roots:
                 for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                     if self._exists(candidate):
-                        found = candidate
+                        # an outside module's own package is looked up beside it first
+                        hit = (self.env.origin(candidate) or "project", candidate)
                         break
-                if found:
+                if hit:
                     break
+            if hit is None:
+                for origin, candidate in self.env.candidates(name):
+                    if self._exists(candidate):
+                        hit = (origin, candidate)
+                        break
+            if (hit is None and not probe) or (hit is not None and hit[0] != "project"):
+                # which source answered for an outside module (`lint -v`); no cache check
+                self.tracker.note(("module", name, hit[0] if hit else "missing", str(hit[1]) if hit else None))
         self._lookup_deps[key] = frozenset(checked)
-        self._by_name[key] = found
-        return self.module_at(found) if found is not None else None
+        self._by_name[key] = hit
+        return self.module_at(hit[1], name=name, origin=hit[0]) if hit is not None else None
 
     def relative_module(self, module: Module, level: int, name: str) -> Module | None:
         folder = module.path.parent
@@ -730,7 +760,7 @@ class Project:
         candidates = [folder / "__init__.py"] if rel is None else [folder / rel.with_suffix(".py"), folder / rel / "__init__.py"]
         for candidate in candidates:
             if self._exists(candidate):
-                return self.module_at(candidate)
+                return self.module_at(candidate, origin=self.env.origin(candidate) or "project")
         return None
 
     def list_files(self) -> list[Path]:
@@ -779,9 +809,14 @@ class Project:
         return sym.module.klass(sym.qual)
 
     def function_of(self, sym: Symbol) -> FunctionInfo | None:
+        """The function a symbol names, when its body is known: a bundled model's function
+        whose body is not modelled is a call that cannot be followed, as if unresolved."""
         if sym.kind != "function" or sym.module is None or sym.qual is None:
             return None
-        return sym.module.function(sym.qual)
+        info = sym.module.function(sym.qual)
+        if info is not None and info.opaque:
+            return None
+        return info
 
     # resolution
     def resolve(self, module: Module, spelled: str, scope: Scope | None = None, _depth: int = 0) -> Symbol:
@@ -819,6 +854,10 @@ class Project:
                     sym = self.resolve(module, ann, None, depth + 1)
                     if sym.kind == "class":
                         return Symbol("instance", sym.name, sym.module, sym.qual, sym.via)
+                elif scope.cls is not None:
+                    inherited = self._inherited_parameter(scope.cls, fn, head, depth)
+                    if inherited is not None:
+                        return inherited
                 return Symbol("unknown", head, module, None, "local")
             if head in fn.imports:
                 return self._binding(module, head, fn.imports[head], depth)
@@ -843,6 +882,24 @@ class Project:
             return Symbol("external", f"builtins.{head}", via="builtin")
         return Symbol("unknown", head, module, None, "unbound")
 
+    def _inherited_parameter(self, cls: ClassInfo, fn: F.FunctionFacts, param: str, depth: int) -> Symbol | None:
+        """An override's unannotated parameter has the class the overridden method declares
+        for the parameter of the same name (as pyright infers it): a plugin's
+        `propose(self, common_attn_metadata, ...)` overriding vLLM's."""
+        method = fn.qual.rsplit(".", 1)[-1]
+        for base in cls.classes()[1:]:
+            if method not in base.own_members():
+                continue
+            info = base.module.function(f"{base.qual}.{method}")
+            if info is None:
+                return None
+            ann = info.facts.annotations.get(param)
+            if not ann:
+                return None
+            sym = self.resolve(base.module, ann, None, depth + 1)
+            return Symbol("instance", sym.name, sym.module, sym.qual, "inherited") if sym.kind == "class" else None
+        return None
+
     def _binding(self, module: Module, name: str, how: list, depth: int) -> Symbol:
         kind = how[0]
         if kind == "def":
@@ -860,7 +917,7 @@ class Project:
             if target is None:
                 # a folder without `__init__.py` (a namespace package): the name is a submodule
                 full = f"{mod_name}.{attr}" if mod_name else attr
-                sub = self.relative_module(module, level, full) if level else self.find_module(full, module)
+                sub = self.relative_module(module, level, full) if level else self.find_module(full, module, probe=True)
                 if sub is not None:
                     return Symbol("module", sub.name, sub)
                 base = mod_name if not level else "." * level + mod_name

@@ -83,6 +83,9 @@ def render(
     if missing:
         parts.append(f"{missing} path{'s' * (missing != 1)} not found")
     checked = f"{result.files_seen} file{'s' * (result.files_seen != 1)} checked"
+    held = getattr(result, "baselined", None)
+    if held:
+        checked += f"; {held} more in the baseline"
     safe = sum(1 for f in result.findings if f.fix is not None and f.fix.applicability == "safe")
     unsafe = sum(1 for f in result.findings if f.fix is not None and f.fix.applicability != "safe")
     if safe or unsafe:

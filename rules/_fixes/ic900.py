@@ -53,23 +53,26 @@ def build(directive, idle: set[str] | None, text: str) -> Fix | None:
     return Fix(SAFE, what, (Edit(directive.line, keep + 1, directive.line, end, ""),))
 
 
+_NOQA = re.compile(r"#[ \t]*noqa\b[ \t]*[:=]?[ \t]*(?P<codes>[^#]*)", re.I)
+_BRACKET = re.compile(r"\[(?P<codes>[^\]#]*)\]")
+
+
 def _kept(directive, idle: set[str], suppressions) -> str | None:
-    """The directive with the idle codes taken out, or None when no code is left."""
+    """The directive with the idle codes taken out, or None when no code of ours is left (a
+    `# noqa` that keeps only other tools' codes is kept for them)."""
     text = directive.text
-    if directive.kind == "noqa":
-        m = suppressions.NOQA_RE.match(text)
-        if m is None:
-            return None
-        tokens = [t for t in re.split(r"[,\s]+", m.group("codes")) if t]
-        left = [t for t in tokens if (suppressions.resolve(t) or t) not in idle]
-        if not any(suppressions.resolve(t) for t in left) and not [t for t in left if not re.fullmatch(r"(?i:IC)[0-9]+", t)]:
-            return None
-        return text[: m.start("codes")] + ", ".join(left) if left else None
-    m = suppressions.DIRECTIVE_RE.match(text)
-    if m is None or m.group("codes") is None:
+    m = _NOQA.match(text) if directive.kind == "noqa" else _BRACKET.search(text)
+    if m is None:
         return None
-    tokens = [t for t in re.split(r"[,\s]+", m.group("codes")) if t]
+    body = m.group("codes")
+    tokens = [t for t in re.split(r"[,\s]+", body.strip()) if t]
     left = [t for t in tokens if (suppressions.resolve(t) or t) not in idle]
+    if directive.kind == "noqa":
+        if not left:
+            return None
+        kept = ", ".join(left)
+        trail = body[len(body.rstrip()):]
+        return text[: m.start("codes")] + kept + trail + text[m.end("codes") :]
     if not left:
         return None
     return text[: m.start("codes")] + ", ".join(left) + text[m.end("codes") :]
