@@ -347,8 +347,9 @@ def example_fix(rule) -> str | None:
                     continue
                 before = (Path(tmp) / EXAMPLE_FILE).read_bytes()
                 after = apply_edits(before, list(f.fix.edits))
-                how = "safe" if f.fix.applicability == SAFE else "unsafe"
-                return f"{f.fix.message} ({how}):\n\n```diff\n" + unified_diff(EXAMPLE_FILE, before, after) + "```\n"
+                how = "Safe: `--fix`" if f.fix.applicability == SAFE else "Unsafe: `--fix --unsafe-fixes`"
+                # the message first in the block: it quotes code, which a terminal cannot wrap
+                return f"{how} writes it.\n\n```diff\n{f.fix.message}\n\n" + unified_diff(EXAMPLE_FILE, before, after) + "```\n"
     return None
 
 

@@ -179,9 +179,9 @@ def render_page(rule: type) -> str:
             "",
             "## The fix on an example",
             "",
-            "The first flagged example below that gets a fix, and what `invariant-check lint --diff "
-            "--unsafe-fixes` prints for it (`tests/test_fixes.py` applies the fix of every flagged "
-            "example that has one and lints the result again):",
+            "The first flagged example below that gets a fix: the fix's message, then the diff "
+            "`invariant-check lint --diff --unsafe-fixes` prints for it (`tests/test_fixes.py` applies "
+            "the fix of every flagged example that has one and lints the result again):",
             "",
             fixed.rstrip("\n"),
         ]
