@@ -54,6 +54,10 @@ def main() -> None:
 @click.option("--add-noqa", is_flag=True, help="Add a suppression comment, with a reason to fill in, for every finding; report nothing.")
 @click.option("--python", "python", metavar="PATH", help="Read imports from outside the project from this interpreter's environment [default: the configuration's `python`, else the interpreter running invariant-check].")
 @click.option("--verbose", "-v", is_flag=True, help="Also say, on stderr, which source answered for each module imported from outside the project.")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes, then report what is left.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, the unsafe fixes too (review them).")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing; exit 1 when there is one.")
+@click.option("--show-fixes", is_flag=True, help="With --fix, list the findings that were fixed.")
 @click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every file (for testing the prefilter).")
 def lint(**kwargs):
     """Lint PATHS (files or folders; default: the current folder; `-`: standard input)."""
@@ -99,7 +103,7 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, python, verbose, no_prefilter, **adoption):
+def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, python, verbose, fix, unsafe_fixes, diff, show_fixes, no_prefilter, **adoption):
     from .config import ConfigError, check_codes, interpreter_path
     from .globs import PathGlobs
     from .projects import ProjectIndex, RunSettings, Selection
@@ -136,8 +140,37 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
             result, sources = _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd)
         else:
             result, sources = _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd), {}
+        fixing = None
+        if fix or diff:
+            from .fixes import FixError, run_fixes
+
+            if use_stdin:
+                where = Path(os.path.abspath(cwd / (stdin_filename if stdin_filename is not None else "-")))
+                relint = lambda given: _lint_stdin(given.get(where, data), stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd)[0]  # noqa: E731
+                read = lambda _path: data  # noqa: E731
+            else:
+                relint = lambda given: _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd, given)  # noqa: E731
+                read = None
+            try:
+                fixing = run_fixes(result, relint, unsafe=unsafe_fixes, cwd=cwd, read=read)
+            except FixError as exc:
+                _fail(str(exc))
+            result = fixing.result
+            result.warnings.extend(fixing.notes)
+            if use_stdin:
+                sources = {next(iter(sources)): fixing.fixed.get(where, data)}
     except ConfigError as exc:
         _fail(str(exc))
+    if fixing is not None:
+        from .fixes import report_fixes
+
+        report_fixes(fixing, diff=diff, stdin=where if use_stdin else None, cwd=cwd)
+        if diff:
+            _finish_diff(fixing, result, quiet)
+        if use_stdin:
+            out = click.get_binary_stream("stdout")
+            out.write(next(iter(sources.values())))
+            out.flush()
     # baselines, --write-baseline, --add-noqa (adopt.py)
     from .adopt import BaselineError, adopt
 
@@ -163,6 +196,8 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
         statistics=statistics,
         quiet=quiet,
         sources=sources,
+        fixing=fixing,
+        show_fixes=show_fixes,
     )
     if output is not None:
         try:
@@ -170,7 +205,8 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
         except OSError as exc:
             _fail(f"{output}: cannot write: {exc.strerror or exc}")
     else:
-        click.echo(text, nl=False)
+        # `lint - --fix` prints the fixed source on stdout (as ruff does): the report goes to stderr
+        click.echo(text, nl=False, err=fixing is not None and use_stdin)
     if fmt == "text" and result.errors:
         click.echo(render_errors(result), err=True, nl=False)
     if verbose:
@@ -192,7 +228,19 @@ def _outside_report(outside: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
+def _finish_diff(fixing, result, quiet):
+    """`--diff`: the diff is the output; exit 1 when there is a fix, 2 when linting failed."""
+    from .formats.text import render_errors
+
+    if result.errors:
+        click.echo(render_errors(result), err=True, nl=False)
+    if not quiet:
+        for warning in result.warnings:
+            click.echo(f"invariant-check: warning: {warning}", err=True)
+    sys.exit(EXIT_ERROR if result.errors else EXIT_FINDINGS if fixing.changed else EXIT_CLEAN)
+
+
+def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd, sources=None):
     from .discovery import discover
     from .projects import group, lint_projects
 
@@ -200,7 +248,7 @@ def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
     projects = group(found.files, index)
     for project in projects:
         project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd, found)
-    result = lint_projects(projects, settings, cwd=cwd)
+    result = lint_projects(projects, settings, cwd=cwd, sources=sources)
     from .config_checks import unmatched_per_file_ignores
 
     result.warnings.extend(unmatched_per_file_ignores(projects, paths, cwd))

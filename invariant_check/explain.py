@@ -1,7 +1,8 @@
 """`invariant-check explain RULE`: a rule's page, as Markdown or rendered for a terminal.
 
     markdown(rule) -> str        the page: `# CODE name`, the documentation, the option
-                                 defaults, up to three tested examples of each kind
+                                 defaults, up to three tested examples of each kind, and the
+                                 diff the rule's fix makes on a flagged example
     show(text, fmt, pager)       prints it: rendered (headings, code blocks, wrapped to the
                                  terminal) when standard output is a terminal, through a pager
                                  when it is longer than the screen; the Markdown unchanged when
@@ -35,6 +36,11 @@ def markdown(rule) -> str:
                 for name, code in ex.files.items():  # other modules of the example, a baseline file
                     lang = "json" if name.endswith(".json") else "python"
                     parts.append(f"\nBeside it, `{name}`:\n\n```{lang}\n" + code.strip("\n") + "\n```\n")
+    from .fixes import example_fix  # (stdlib only: explain imports no libcst)
+
+    fixed = example_fix(rule)
+    if fixed:
+        parts.append(f"\n## The fix, on the first flagged example that has one\n\n{fixed}")
     return "".join(parts)
 
 

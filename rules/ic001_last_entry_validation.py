@@ -23,7 +23,7 @@ from invariant_check.analysis.values import FIRST_INDEX, POP_CALL, STAR_TARGET, 
 from invariant_check.analysis.values import Finding as ValueFinding
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 
 class LastEntryValidation(Rule):
@@ -145,6 +145,17 @@ class LastEntryValidation(Rule):
     a single-group guarantee made where the rule cannot see it (the model runner, a config
     check): the `group-metadata` runtime guard checks every group's metadata type at every
     draft step.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`; review it: it changes which values the check sees). Where
+    the loop stores each value in a collection (`d[key] = value`, `lst.append(value)`), or the
+    check picks one entry of one, the check is rewritten over every entry: a validation as
+    `all(isinstance(md, T) for md in d.values())` (`any(...)` where the check raises when it
+    holds), a dispatch as `any(...)`, as vLLM 0.20.0 wrote its tree-attention test; a validating
+    helper is called for each entry. Otherwise an `assert`, an `if` that only raises, or a
+    validating call moves into the loop, right after the statement that binds the value.
+    No fix for a dispatch without a collection (which group decides is a design question), for
+    a check stored in a flag first, or when the check reads names bound between the loop and it.
 
     ## Options
     - `metadata-names` (globs, any case): names that hold attention metadata.
@@ -851,6 +862,11 @@ class OneGroupProposer:
             data["used_line"] = use.node.lineno
         data["entries"] = use.reason
         return Report(check.node, message, _hint(dispatch, collection, header, check, view), data)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic001
+
+        return ic001.build(self, report, view)
 
 
 def _matchers(options: dict[str, Any]) -> tuple[Names, Names]:

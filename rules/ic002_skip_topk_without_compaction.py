@@ -10,7 +10,7 @@ from invariant_check.analysis.needs import Names, Words
 from invariant_check.analysis.project import ClassInfo, FunctionInfo
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_call_hint
 
@@ -94,6 +94,16 @@ class SkipTopkWithoutCompaction(Rule):
       `def set_skip_topk` itself, which only delegates.
     - A compaction in a helper counts if the helper compacts on some path: its own conditions
       (`if idx is not None:`) are taken as the helper's business.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). `<model>.compact_topk_indices(<rows>)` right after the
+    switch, in its block (so under its conditions), on the switched model: vLLM 0.25.0's fix of
+    0.24.0. The rows are those of a compaction the function already makes in the wrong place
+    (that call is moved, not repeated: a second gather would permute the rows again), else the
+    sampled rows by their vLLM names (`token_indices_to_sample`, `last_token_indices`, a name
+    holding `token_indices`) bound before the switch. No fix when neither is in scope, when the
+    switch shares its line or statement with other code, when the misplaced compaction is not a
+    statement of its own in this function, or when a helper compacts on some paths only.
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -669,6 +679,10 @@ class DraftSpeculator:
                 continue
             yield Report(call, window.message(verdict), window.hint(), verdict.data())
 
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic002
+
+        return ic002.build(self, report, view)
 
 
 

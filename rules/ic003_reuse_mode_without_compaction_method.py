@@ -4,7 +4,7 @@ from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Words
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_method_hint
 
@@ -64,6 +64,15 @@ class ReuseModeWithoutCompactionMethod(Rule):
     Only a name that nothing binds (no import, no definition) is looked up by its spelling
     among the project's classes; a finding that relied on that says so in its data
     (`resolved_by: short-name`).
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). A `compact_topk_indices(self, slot_ids)` method, added right
+    after `set_skip_topk` (where vLLM 0.25.0 put it), that finds the shared buffers the way the
+    `topk-layout` guard and `invariant_check.compaction` do: every module under the model
+    (`self.modules()`) and the attention `impl` it keeps, holding a `topk_indices_buffer`; each
+    distinct storage (`data_ptr()`) is gathered once, `buf[:n] = buf[slot_ids]`, since layers
+    that share a buffer must not gather it twice. Offered for `torch.nn.Module` subclasses only
+    (the method walks `self.modules()`). The callers still need IC002's call.
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -316,6 +325,11 @@ class MTPBase(nn.Module):
             compaction_method_hint(compaction),
             data,
         )
+
+    def fix(self, report: Report, view) -> Fix | None:
+        from ._fixes import ic003
+
+        return ic003.build(self, report, view)
 
 
 def _ancestors_with_spelling(info):

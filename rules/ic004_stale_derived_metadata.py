@@ -34,7 +34,7 @@ from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.summaries import Summaries
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 
 @dataclass(frozen=True)
@@ -229,6 +229,19 @@ class StaleDerivedMetadata(Rule):
     updates in functions the linter cannot resolve, and whether a capped update is capped
     right: the `metadata-coherence` runtime guard checks `max_seq_len >= max(seq_lens)` and
     `seq_lens_cpu_upper_bound >= seq_lens` at every draft step's metadata build.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). After an advance in place, update statements go right after
+    it (and after the statements that go on changing the same lengths, such as a
+    `masked_fill_`): `X.max_seq_len = min(X.max_seq_len + k, cap)` where the function caps the
+    lengths against `cap` (vLLM 0.16.0's fix of the EAGLE loop, word for word), else
+    `X.max_seq_len += k`; `if X.seq_lens_cpu_upper_bound is not None: X.seq_lens_cpu_upper_bound += k`;
+    `X._seq_lens_cpu = None` (its property recomputes it from the lengths). For a copy, the same
+    values join the same `replace(...)` as keywords (`_seq_lens_cpu=None`,
+    `seq_lens_cpu_upper_bound=... + k if ... is not None else None`). No fix when the advance is
+    in a helper whose callers must finish the step (the update belongs in them), when a stale
+    field is not one of these three (`slot_mapping`, fields added in `derived-fields`), or when
+    the amount is not spelled at the advance.
 
     ## Options
     - `derived-fields` (table of lists): each advanced field and the fields derived from it.
@@ -949,6 +962,11 @@ def next_step(prev: CommonAttentionMetadata):
         # the cap as the function can spell it: vLLM proposers keep it on `self`
         cap = "self.max_model_len" if has_self else "max_model_len"
         return Report(node, message, _hint(write, spelled, stale, amount, cap), data)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic004
+
+        return ic004.build(self, report, view)
 
 
 # -- what a definition must contain ------------------------------------------------------------

@@ -38,7 +38,7 @@ from invariant_check.analysis.needs import Any as AnyOf
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 # in-place methods of a dict of per-layer metadata that give it new entries
 _DICT_REFRESH = frozenset({"update", "setdefault", "__setitem__"})
@@ -171,6 +171,18 @@ class DraftMetadataNotRefreshed(Rule):
     the common metadata (`max_seq_len`, `query_start_loc`, `seq_lens_cpu_upper_bound`, the
     decode rows' slot mapping against positions and block table) at every draft step's
     metadata build.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). The metadata is built again inside the draft step, right
+    before the forward, as vLLM 0.21.0 builds it on every step. A build of this function
+    (`md = build(...)` before the loop, or on the first step only) is repeated there (moved,
+    when it sat in the loop). Metadata the callers pass in (vLLM's `generate_draft`) gets a
+    `rebuild_<md>=None` parameter, called there while the metadata is set, and each call site in
+    the same file passes its own build, evaluated anew at every step (`lambda: <build>`, or a
+    small function right before a call written on one line). No fix when no caller in the
+    project builds it, when the build is in another file or is one of several, or when a name
+    it reads changes between the build and the call. A function passed around rather than called (a CUDA graph capture) keeps its
+    single build: the parameter's default leaves it as it was.
 
     ## Options
     - `input-advancing-calls`: last names of calls that advance the draft inputs. Default
@@ -729,6 +741,11 @@ def draft(self, per_layer_attn_metadata, positions):
                     continue
                 reported.add(key)
                 yield judge.report(loop, md, advance, forward)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic005
+
+        return ic005.build(self, report, view)
 
 
 def _metadata_names(options: dict[str, Any]) -> Names:

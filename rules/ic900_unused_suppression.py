@@ -40,6 +40,13 @@ class UnusedSuppression(Rule):
     A comment that names IC900 itself on the same line keeps that line quiet
     (`# invariant-check: ignore[IC003, IC900]`).
 
+    ## Fix
+    Safe (`--fix`): the comment suppresses nothing in this run. The unused codes leave the
+    comment (`ignore[IC002, IC001]` with IC001 unused becomes `ignore[IC002]`;
+    `# noqa: E501, IC001` keeps `# noqa: E501` for the tool it was written for); a directive left
+    without codes is removed, then the comment if nothing else is in it, then the line if the
+    comment was all of it.
+
     ## Options
     None.
     """

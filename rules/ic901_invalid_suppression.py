@@ -60,6 +60,10 @@ class InvalidSuppression(Rule):
     md = builder.build(common)  # invariant-check: ignore[IC002] -- compacted by the caller
     ```
 
+    ## Fix
+    None: as written the comment suppresses nothing, and respelling it would make it start
+    suppressing, which is the author's decision. The hint gives the spelling to write.
+
     ## Options
     None.
     """

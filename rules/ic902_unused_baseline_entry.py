@@ -55,6 +55,10 @@ class UnusedBaselineEntry(Rule):
     ## Use instead
     Remove the entry: `invariant-check lint --write-baseline ic-baseline.json vllm/`.
 
+    ## Fix
+    None through `--fix`: the entry is in the baseline file, not in the code. Rerun
+    `--write-baseline` over the same paths to drop the entries that match nothing.
+
     ## Options
     None.
     """

@@ -171,6 +171,20 @@ def render_page(rule: type) -> str:
     ]
     if rule.OPTIONS:
         out += ["", "## Option defaults", "", render_options(rule)]
+    from invariant_check.fixes import example_fix
+
+    fixed = example_fix(rule)
+    if fixed:
+        out += [
+            "",
+            "## The fix on an example",
+            "",
+            "The first flagged example below that gets a fix: the fix's message, then the diff "
+            "`invariant-check lint --diff --unsafe-fixes` prints for it (`tests/test_fixes.py` applies "
+            "the fix of every flagged example that has one and lints the result again):",
+            "",
+            fixed.rstrip("\n"),
+        ]
     captions = example_captions(rule)
     if rule.INVALID or rule.VALID:
         out += [

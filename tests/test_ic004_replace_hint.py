@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import ast
 
+from invariant_check.fixes import apply_edits
 from invariant_check.registry import all_rules
-from invariant_check.testing import run_example
+from invariant_check.testing import EXAMPLE_FILE, run_example
 
 RULE = all_rules()["IC004"]
 EXTEND = next(ex for ex in RULE.INVALID if "extend_all_queries_by_N" in ex.code)
@@ -15,7 +16,9 @@ EXTEND = next(ex for ex in RULE.INVALID if "extend_all_queries_by_N" in ex.code)
 def test_the_replace_hint_names_the_bound_and_compiles(tmp_path):
     (finding,) = [f for f in run_example(RULE, EXTEND, tmp_path) if f.line == EXTEND.line]
     assert "`seq_lens_cpu_upper_bound`" in finding.message
-    keyword = "seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N if cad.seq_lens_cpu_upper_bound is not None else None"
-    assert keyword in finding.hint and "replace(...)" in finding.hint
-    call = ast.parse(f"cad.replace(seq_lens=cad.seq_lens + N, {keyword})", mode="eval").body
-    assert [k.arg for k in call.keywords] == ["seq_lens", "seq_lens_cpu_upper_bound"]
+    # the hint is the fix: the keyword, in that same call, as --fix writes it
+    assert "replace(...)" in finding.hint and "seq_lens_cpu_upper_bound=(" in finding.hint
+    assert "cad.seq_lens_cpu_upper_bound + N" in finding.hint and "if cad.seq_lens_cpu_upper_bound is not None" in finding.hint
+    fixed = apply_edits((tmp_path / EXAMPLE_FILE).read_bytes(), list(finding.fix.edits)).decode()
+    (call,) = [n for n in ast.walk(ast.parse(fixed)) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "replace"]
+    assert [k.arg for k in call.keywords][:1] == ["seq_lens"] and "seq_lens_cpu_upper_bound" in [k.arg for k in call.keywords]
