@@ -31,8 +31,8 @@ from invariant_check.types import UNSAFE, Edit, Fix
 
 def build(rule, report, view) -> Fix | None:
     found = _finding_at(view, report.node)
-    if found is None:
-        return None
+    if found is None or any(isinstance(sub, ast.NamedExpr) for sub in ast.walk(found.check.node)):
+        return None  # (a walrus binds the picked entry: its text cannot be rewritten in place)
     ed = Editor(view.source)
     func = view.node
     entry = fresh_name(func, ["md", "group_md", "entry_md"])
@@ -83,10 +83,10 @@ def _entries(ed: Editor, func: ast.AST, found) -> tuple[str, list[ast.AST]] | No
 
 
 def _pick_node(check) -> ast.AST | None:
-    from invariant_check.analysis.values import _entry_shape  # the rule's own notion of a pick
+    from invariant_check.analysis.values import entry_shape  # the rule's own notion of a pick
 
     for sub in ast.walk(check.node):
-        if _entry_shape(sub) is not None:
+        if entry_shape(sub) is not None:
             return sub
     return None
 

@@ -25,6 +25,7 @@ import ast
 
 from invariant_check.analysis.facts import ref, walk_local
 from invariant_check.analysis.fields import bound_offset, callers, canonical, local_aliases
+from invariant_check.analysis.objects import container_copy_of, copy_of
 from invariant_check.edits import Editor, add_keywords, add_parameter, block_of, one_per_line, parents_of, statement_holding
 from invariant_check.types import UNSAFE, Edit, Fix
 
@@ -82,6 +83,9 @@ def _local_build(func: ast.AST, md: str, aliases, anchor: ast.stmt) -> ast.Assig
             and isinstance(sub.value, ast.Call)
             and canonical(ref(sub.targets[0]), aliases) == md
             and sub.lineno < anchor.lineno
+            # a copy (`dict(md)`, `copy.copy(md)`) holds the old entries: no build
+            and copy_of(sub.value, aliases) is None
+            and not container_copy_of(sub.value)
         ):
             if best is None or sub.lineno > best.lineno:
                 best = sub
