@@ -2,12 +2,18 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from typing import ClassVar
+from vllm.config import VllmConfig
 from vllm.models.deepseek_v41.attention import DeepseekV4Attention
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV41SparseSWAMetadataBuilder
+from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
 import torch
+
+
+class DeepseekV4FlashInferSparseMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
 
 
 class DeepseekSparseSWAFlashInferMetadataBuilder(DeepseekV41SparseSWAMetadataBuilder):
@@ -25,4 +31,75 @@ class DeepseekSparseSWAFlashInferMetadataBuilder(DeepseekV41SparseSWAMetadataBui
         ...
 
     def _fill_noncausal_decode_lens(self, metadata: 'DeepseekSparseSWAMetadata') -> None:
+        ...
+
+
+class DeepseekV4FlashInferMLAAttention(DeepseekV4Attention):
+    backend_cls = DeepseekV4FlashInferMLASparseBackend
+    swa_backend_cls = DeepseekSparseSWAFlashInferBackend
+    use_fp8_ds_mla_layout: ClassVar[bool] = False
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, attn_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._flashinfer_fp8_bmm1_scale = self.scale * fp8_q_scale * fp8_kv_scale
+        self._flashinfer_fp8_bmm2_scale = fp8_kv_scale
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...
+
+    def _build_sparse_index_metadata(self, kv_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        ...
+
+    def _forward(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor) -> None:
+        ...
+
+
+class DeepseekV4FlashInferSM120Attention(DeepseekV4Attention):
+    backend_cls = DeepseekV4FlashInferMLASparseBackend
+    swa_backend_cls = DeepseekSparseSWAFlashInferBackend
+    use_fp8_ds_mla_layout: ClassVar[bool] = True
+
+    @staticmethod
+    def _get_workspace(device: torch.device) -> torch.Tensor:
+        ...
+
+    @staticmethod
+    def _as_sparse_cache(kv_cache: torch.Tensor) -> torch.Tensor:
+        ...
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, attn_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def __init__(self, vllm_config: VllmConfig, *args, **kwargs) -> None:
+        super().__init__(vllm_config, *args, **kwargs)
+        self._flashinfer_fp8_bmm1_scale = self.scale * fp8_q_scale * fp8_kv_scale
+        self._flashinfer_fp8_bmm2_scale = fp8_kv_scale
+
+    def _reserve_empty_forward_workspace(self) -> None:
+        ...
+
+    def _forward_sparse_impl(self, q: torch.Tensor, output: torch.Tensor, flashmla_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata', self_kv_cache: torch.Tensor | None, swa_kv_cache: torch.Tensor, swa_only: bool) -> None:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...
+
+    def _prepare_query(self, q: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _forward_decode(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor) -> None:
+        ...
+
+    def _forward_prefill(self, q: torch.Tensor, compressed_k_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, output: torch.Tensor, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata') -> None:
         ...

@@ -5,7 +5,10 @@ from dataclasses import dataclass
 from typing import ClassVar
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import split_decodes_prefills_and_extends
 from vllm.v1.kv_cache_interface import AttentionSpec
@@ -69,4 +72,49 @@ class AiterFlashAttentionMetadataBuilder(AttentionMetadataBuilder[AiterFlashAtte
         ...
 
     def build_for_drafting(self, common_attn_metadata: CommonAttentionMetadata, draft_index: int) -> AiterFlashAttentionMetadata:
+        ...
+
+
+class AiterFlashAttentionImpl(AttentionImpl):
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: AttentionType=AttentionType.DECODER, kv_sharing_target_layer_name: int | None=None, sinks: torch.Tensor | None=None) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.alibi_slopes = alibi_slopes
+        self.kv_cache_dtype = kv_cache_dtype
+        self.logits_soft_cap = logits_soft_cap
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.sinks = sinks
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+
+    def _get_kv_cache_descales(self, layer: AttentionLayer, num_decodes: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+    def extend_for_sliding_window(self, attn_metadata: AiterFlashAttentionMetadata, query: torch.Tensor, key_cache, value_cache, output: torch.Tensor, cu_seqlens_q: torch.Tensor, max_seqlen_q: int, block_table: torch.Tensor, k_scale: float, v_scale: float):
+        ...
+
+    def extend_forward(self, attn_metadata: AiterFlashAttentionMetadata, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, output: torch.Tensor, cu_seqlens_q: torch.Tensor, max_seqlen_q: int, min_seqlen_q: int, max_seqlen_k: int, block_table: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor):
+        ...
+
+    def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None, kv_cache: torch.Tensor, attn_metadata: AiterFlashAttentionMetadata, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def _split_kv_cache(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def do_kv_cache_update(self, layer: AttentionLayer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
+        ...
+
+    def fused_rope_kvcache_supported(self):
+        ...
+
+    def fused_qk_norm_rope_kvcache_supported(self):
+        ...
+
+    def do_qk_norm_rope_kvcache_update(self, layer: AttentionLayer, qkv: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor, positions: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
+        ...
+
+    def do_rope_and_kv_cache_update(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
         ...

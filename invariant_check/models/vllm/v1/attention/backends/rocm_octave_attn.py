@@ -4,6 +4,7 @@
 from typing import ClassVar
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills

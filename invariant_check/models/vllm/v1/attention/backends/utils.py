@@ -3,6 +3,7 @@
 
 from collections.abc import Callable
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backend import CommonAttentionMetadata
 import torch

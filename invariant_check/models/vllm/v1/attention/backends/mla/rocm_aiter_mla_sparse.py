@@ -4,10 +4,12 @@
 from dataclasses import dataclass
 from typing import ClassVar
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonImpl
 from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadataBuilder
 from vllm.model_executor.models.deepseek_v2 import Indexer
 from vllm.platforms import current_platform
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.mla.rocm_aiter_mla import AiterMLAHelper
 from vllm.v1.kv_cache_interface import AttentionSpec
@@ -50,4 +52,34 @@ class ROCMAiterMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[ROCMAiter
         ...
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> ROCMAiterMLASparseMetadata:
+        ...
+
+
+class ROCMAiterMLASparseImpl(SparseMLACommonImpl[ROCMAiterMLASparseMetadata]):
+    supports_dcp = False
+    use_aiter_sparse_mla = False
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, topk_indices_buffer: torch.Tensor | None=None, indexer: 'Indexer | None'=None, **mla_args) -> None:
+        self.sinks: torch.Tensor | None = sinks
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype, logits_soft_cap, attn_type, kv_sharing_target_layer_name, indexer=indexer, topk_indices_buffer=topk_indices_buffer, **mla_args)
+        self.softmax_scale = scale
+        self.supports_dense_mha_prefill = sinks is None
+        self.masked_mha_available = False
+        self.owns_indexer: bool = indexer is not None
+        self.index_epoch: int = _index_epoch(self.topk_indices_buffer, self.owns_indexer)
+        self.qk_rope_head_dim: int = mla_args['qk_rope_head_dim']
+
+    def _aiter_sparse_mla_unsupported_reason(self, vllm_config: VllmConfig) -> str | None:
+        ...
+
+    def record_logical_topk_ready(self) -> None:
+        ...
+
+    def _forward_mla(self, layer: AttentionLayer, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: ROCMAiterMLASparseMetadata) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    def _forward_mla_aiter(self, layer: AttentionLayer, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: ROCMAiterMLASparseMetadata) -> torch.Tensor:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: ROCMAiterMLASparseMetadata, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
         ...

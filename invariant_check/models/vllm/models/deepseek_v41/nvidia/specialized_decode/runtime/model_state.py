@@ -2,9 +2,19 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from dataclasses import replace
+from torch import nn
+from typing import Any
+from vllm.config import CUDAGraphMode
+from vllm.config import VllmConfig
+from vllm.models.deepseek_v41.nvidia.model_state import DeepseekV41ModelState
+from vllm.models.deepseek_v41.nvidia.specialized_decode.runtime.metadata_graphs import AttnMetadataCudaGraphs
 from vllm.models.deepseek_v41.nvidia.specialized_decode.runtime.metadata_graphs import GraphKey
+from vllm.v1.kv_cache_interface import KVCacheConfig
+from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.input_batch import InputBatch
 from vllm.v1.worker.gpu.input_batch import InputBuffers
+from vllm.v1.worker.gpu.mm.encoder_cache import EncoderCache
+from vllm.v1.worker.utils import AttentionGroup
 import numpy as np
 import torch
 
@@ -15,3 +25,25 @@ def padded_decode_batch(key: GraphKey, input_buffers: InputBuffers, max_model_le
     query_start_loc_np = np.full(num_reqs_padded + 1, num_tokens, dtype=np.int32)
     query_start_loc_np[:num_reqs + 1] = input_batch.query_start_loc_np
     return replace(input_batch, num_reqs_after_padding=num_reqs_padded, num_tokens_after_padding=num_tokens_padded, query_start_loc=input_buffers.query_start_loc[:num_reqs_padded + 1], query_start_loc_np=query_start_loc_np, seq_lens=input_buffers.seq_lens[:num_reqs_padded], seq_lens_cpu_upper_bound=torch.full((num_reqs_padded,), max_model_len, dtype=torch.int32), input_ids=input_buffers.input_ids[:num_tokens_padded], positions=input_buffers.positions[:num_tokens_padded], is_padding=input_buffers.is_padding[:num_tokens_padded])
+
+
+class DeepseekV41SpecializedDecodeModelState(DeepseekV41ModelState):
+
+    def __init__(self, vllm_config: VllmConfig, model: nn.Module, encoder_cache: EncoderCache | None, device: torch.device):
+        super().__init__(vllm_config, model, encoder_cache, device)
+        self.decode = language_model.build_specialized_decode()
+        self.graphs = AttnMetadataCudaGraphs(vllm_config, vllm_config.num_speculative_tokens + self.num_new_sampled_tokens_per_step)
+        self._zero_replay_starts = 0
+        self._recording: GraphKey | None = None
+
+    def initialize_kv_cache(self, kv_cache_config: KVCacheConfig, block_tables: BlockTables) -> None:
+        ...
+
+    def _upload_replay_start(self, values: np.ndarray, num_reqs: int) -> torch.Tensor:
+        ...
+
+    def _build_attn_metadata(self, input_batch: InputBatch, cudagraph_mode: CUDAGraphMode, block_tables: tuple[torch.Tensor, ...], slot_mappings: torch.Tensor, attn_groups: list[list[AttentionGroup]], kv_cache_config: KVCacheConfig, for_capture: bool=False, ubatch_idx: int=0, **kwargs: Any) -> dict[str, Any]:
+        ...
+
+    def capture_inner_cudagraphs(self, input_buffers: InputBuffers, block_tables: BlockTables, attn_groups: list[list[AttentionGroup]], kv_cache_config: KVCacheConfig) -> None:
+        ...
