@@ -8,7 +8,7 @@ from invariant_check.analysis.facts import last_name, literal_kind, ref
 from invariant_check.analysis.fields import FieldFlow
 from invariant_check.analysis.flow import Flow
 from invariant_check.analysis.needs import Names, Words
-from invariant_check.analysis.project import ClassInfo, FunctionInfo, Project
+from invariant_check.analysis.project import ClassInfo, FunctionInfo
 from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, gathered_topk
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
@@ -1136,7 +1136,7 @@ class _Window:
         if fn is None or depth <= 0:
             return "unknown"
         owner = self.owner if self.owner is not None else fn.owner()
-        sites = list(_callers(self.view.project, fn, owner))
+        sites = list(_callers(fn, owner))
         if not sites:
             return "unknown"
         stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
@@ -1266,7 +1266,7 @@ def _canonical(name: str, aliases: dict[str, str]) -> str:
     return name
 
 
-def _callers(project: Project, fn: FunctionInfo, owner: ClassInfo | None):
+def _callers(fn: FunctionInfo, owner: ClassInfo | None):
     """(caller, its ast node, the call) for each call of `fn` whose caller the source shows:
     `self.<fn>(...)` in the methods of its class and their bases, and a nested function
     called by name in the function that defines it."""

@@ -506,16 +506,12 @@ def is_size(expr: ast.AST, sizes: frozenset[str] | set[str] = frozenset()) -> bo
             return True
         if isinstance(f, ast.Attribute) and f.attr in ("numel", "nelement") and not expr.args:
             return True
-        if isinstance(f, ast.Attribute) and f.attr == "size" and len(expr.args) == 1:
-            return True
-        return False
+        return isinstance(f, ast.Attribute) and f.attr == "size" and len(expr.args) == 1
     if isinstance(expr, ast.Subscript):
         v = expr.value
         if isinstance(v, ast.Attribute) and v.attr == "shape":
             return True
-        if isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "size" and not v.args:
-            return True
-        return False
+        return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "size" and not v.args
     name = expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else None
     if name is None:
         return False

@@ -34,13 +34,12 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-
 from functools import lru_cache
 from pathlib import Path
 
 from .facts import FUNCS, gathered_buffer, ref
 from .needs import Names
-from .project import ClassInfo, Module, Project, Scope, Symbol
+from .project import ClassInfo, Module, Project, Scope
 
 HOLDER, NONE, UNKNOWN = "holder", "none", "unknown"
 
