@@ -240,6 +240,11 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
     for st in node.body:
         if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
             names.add(st.name)
+        elif isinstance(st, (ast.If, ast.Try, ast.With)) or type(st).__name__ == "TryStar":
+            # `if HAS_KERNEL: def m(...)` / `else: def m(...)`: a member when every branch
+            # defines it; kept as an attribute (value None, as a method's)
+            for name in _defined_on_every_branch([st]):
+                attrs.setdefault(name, None)
         elif isinstance(st, ast.Assign):
             for t in st.targets:
                 for name in target_names(t):
@@ -556,6 +561,25 @@ def definitions(stmts: Iterable[ast.stmt], prefix: str = "", cls: str | None = N
             else:
                 yield qual, cls, node
                 yield from definitions(node.body, qual + ".<locals>.", None)
+
+
+def _defined_on_every_branch(body: list[ast.stmt]) -> set[str]:
+    """Names of the definitions that a block binds whichever branch of its `if`/`try`
+    statements runs (`if x: def f` / `else: def f`)."""
+    out: set[str] = set()
+    for st in body:
+        if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
+            out.add(st.name)
+        elif isinstance(st, ast.If):
+            out |= _defined_on_every_branch(st.body) & _defined_on_every_branch(st.orelse)
+        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            ran = _defined_on_every_branch(st.body + st.orelse)
+            for handler in st.handlers:
+                ran &= _defined_on_every_branch(handler.body)
+            out |= ran | _defined_on_every_branch(st.finalbody)
+        elif isinstance(st, ast.With):
+            out |= _defined_on_every_branch(st.body)
+    return out
 
 
 def _defs_in(st: ast.stmt) -> Iterator[ast.AST]:

@@ -192,3 +192,28 @@ class AttentionImpl(AttentionImplBase[T], Generic[T]):
 
     def do_rope_and_kv_cache_update(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
         ...
+
+
+class MLAAttentionImpl(AttentionImplBase[T], Generic[T]):
+    hisparse_cache: 'HiSparseCacheHandle | None' = None
+    supports_pcp: bool = True
+
+    @abstractmethod
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, q_lora_rank: int | None, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int, qk_head_dim: int, v_head_dim: int, kv_b_proj: 'ColumnParallelLinear', indexer: object | None=None, q_pad_num_heads: int | None=None) -> None:
+        ...
+
+    def forward_mha(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: T, k_scale: torch.Tensor, output: torch.Tensor, output_scale: torch.Tensor | None=None) -> None:
+        ...
+
+    @abstractmethod
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: T, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    def reserve_workspace(self) -> None:
+        ...
+
+    def fused_output_quant_supported(self, quant_key: 'QuantKey'):
+        ...
+
+    def do_kv_cache_update(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor, skip_scale: bool=False) -> None:
+        ...

@@ -2,11 +2,15 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from typing import ClassVar
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.fusion.quant_activation import QuantizedActivation
 from vllm.models.deepseek_v4.attention import DeepseekV4Attention
+from vllm.models.deepseek_v4.common.ops import build_flashinfer_mixed_sparse_indices
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadataBuilder
+import torch
 
 
 class DeepseekV4FlashInferSparseMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
@@ -15,3 +19,155 @@ class DeepseekV4FlashInferSparseMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBu
 
 class DeepseekSparseSWAFlashInferMetadataBuilder(DeepseekSparseSWAMetadataBuilder):
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
+
+
+class DeepseekV4FlashInferMLAAttention(DeepseekV4Attention):
+    backend_cls = DeepseekV4FlashInferMLASparseBackend
+    swa_backend_cls = DeepseekSparseSWAFlashInferBackend
+    use_fp8_ds_mla_layout: ClassVar[bool] = False
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, o: torch.Tensor | QuantizedActivation, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _alloc_attn_out(self, num_tokens: int, hidden_states: torch.Tensor) -> torch.Tensor | QuantizedActivation:
+        ...
+
+    def __init__(self, vllm_config: VllmConfig, *args, **kwargs) -> None:
+        super().__init__(vllm_config, *args, **kwargs)
+        self._fuse_rope_quant = reason is None
+        self._flashinfer_fp8_bmm1_scale = self.scale * fp8_q_scale * fp8_kv_scale
+        self._flashinfer_fp8_bmm2_scale = fp8_kv_scale
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor | QuantizedActivation) -> None:
+        ...
+
+    def _build_sparse_index_metadata(self, kv_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, num_rows: int | None=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        num_decodes = swa_metadata.num_decodes
+        num_prefills = swa_metadata.num_prefills
+        num_decode_tokens = swa_metadata.num_decode_tokens
+        num_prefill_tokens = swa_metadata.num_prefill_tokens
+        num_reqs = num_decodes + num_prefills
+        num_tokens = num_decode_tokens + num_prefill_tokens
+        assert swa_metadata.seq_lens is not None
+        assert swa_metadata.query_start_loc is not None
+        assert swa_metadata.token_to_req_indices is not None
+        assert swa_metadata.decode_swa_indices is not None
+        assert swa_metadata.block_table is not None
+        decode_swa_indices = swa_metadata.decode_swa_indices.reshape(num_decode_tokens, swa_metadata.decode_swa_width)
+        decode_compressed_topk_lens = None
+        decode_compressed_indices_are_local = False
+        decode_is_valid_token = None
+        if swa_only:
+            assert self.topk_indices_buffer is not None
+            compressed_kv_cache = swa_k_cache
+            decode_compressed_indices = None
+            prefill_topk_indices = self.topk_indices_buffer[num_decode_tokens:num_tokens, :0]
+            compressed_block_table = None
+            compressed_block_size = swa_metadata.block_size
+            top_k = 0
+        else:
+            assert kv_cache is not None
+            assert attn_metadata is not None
+            compressed_kv_cache = kv_cache
+            compressed_block_table = attn_metadata.block_table[:num_reqs]
+            compressed_block_size = attn_metadata.block_size // self.compress_ratio
+            if self.compress_ratio == 4:
+                assert self.topk_indices_buffer is not None
+                if num_prefill_tokens > 0:
+                    prefill_topk_indices = self.topk_indices_buffer[num_decode_tokens:num_tokens]
+                    top_k = prefill_topk_indices.shape[-1]
+                else:
+                    prefill_topk_indices = self.topk_indices_buffer[:0, :0]
+                    top_k = 0
+                decode_compressed_indices_are_local = True
+                assert swa_metadata.is_valid_token is not None
+                decode_is_valid_token = swa_metadata.is_valid_token[:num_decode_tokens]
+                if num_decode_tokens > 0:
+                    decode_compressed_indices = self.topk_indices_buffer[:num_decode_tokens]
+                else:
+                    decode_compressed_indices = prefill_topk_indices[:0]
+            else:
+                if num_prefill_tokens > 0:
+                    assert attn_metadata.c128a_prefill_topk_indices is not None
+                    prefill_topk_indices = attn_metadata.c128a_prefill_topk_indices
+                    top_k = prefill_topk_indices.shape[-1]
+                else:
+                    prefill_topk_indices = decode_swa_indices[:0, :0]
+                    top_k = 0
+                if num_decode_tokens > 0:
+                    assert attn_metadata.c128a_global_decode_topk_indices is not None
+                    assert attn_metadata.c128a_decode_topk_lens is not None
+                    decode_compressed_indices = attn_metadata.c128a_global_decode_topk_indices.view(num_decode_tokens, -1)
+                    decode_compressed_topk_lens = attn_metadata.c128a_decode_topk_lens
+                    if num_prefill_tokens == 0:
+                        prefill_topk_indices = decode_compressed_indices[:0, :0]
+                else:
+                    decode_compressed_indices = prefill_topk_indices[:0]
+                    decode_compressed_topk_lens = swa_metadata.seq_lens[:0]
+        query_start_loc = swa_metadata.query_start_loc[:num_reqs + 1]
+        seq_lens = swa_metadata.seq_lens[:num_reqs]
+        assert seq_lens.dtype == torch.int32
+        cache_key = 'swa_only' if swa_only else 'c128a' if self.compress_ratio == 128 else 'c4a'
+        if num_rows is not None:
+            cache_key = f'{cache_key}:{num_rows}'
+        cached_sparse = swa_metadata.flashinfer_sparse_index_cache.get(cache_key, None)
+        if cached_sparse is None:
+            swa_block_span = _packed_block_span(swa_k_cache)
+            compressed_block_span = _packed_block_span(compressed_kv_cache)
+            sparse_indices, sparse_topk_lens = build_flashinfer_mixed_sparse_indices(decode_swa_indices, decode_compressed_indices, decode_compressed_topk_lens, prefill_topk_indices[:num_prefill_tokens], query_start_loc, seq_lens, swa_metadata.token_to_req_indices[:num_tokens], swa_metadata.block_table[:num_reqs], swa_metadata.block_size, compressed_block_table, compressed_block_size, self.window_size, self.compress_ratio, top_k, decode_compressed_indices_are_local=decode_compressed_indices_are_local, decode_is_valid_token=decode_is_valid_token, swa_block_span=swa_block_span, compressed_block_span=compressed_block_span, prefill_left_visible=swa_metadata.prefill_left_visible, prefill_right_visible=swa_metadata.prefill_right_visible, max_image_tokens=getattr(self, 'max_image_tokens', 0), num_rows=num_rows)
+            if not cache_key.startswith('c4a'):
+                swa_metadata.flashinfer_sparse_index_cache[cache_key] = (sparse_indices, sparse_topk_lens)
+        else:
+            sparse_indices, sparse_topk_lens = cached_sparse
+        return (compressed_kv_cache, seq_lens, sparse_indices, sparse_topk_lens)
+
+    def _forward(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor | QuantizedActivation) -> None:
+        ...
+
+
+class DeepseekV4FlashInferSM120Attention(DeepseekV4Attention):
+    backend_cls = DeepseekV4FlashInferMLASparseBackend
+    swa_backend_cls = DeepseekSparseSWAFlashInferBackend
+    use_fp8_ds_mla_layout: ClassVar[bool] = True
+
+    @staticmethod
+    def _get_workspace(device: torch.device) -> torch.Tensor:
+        ...
+
+    @staticmethod
+    def _as_sparse_cache(kv_cache: torch.Tensor) -> torch.Tensor:
+        ...
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def __init__(self, vllm_config: VllmConfig, *args, **kwargs) -> None:
+        super().__init__(vllm_config, *args, **kwargs)
+        self._flashinfer_fp8_bmm1_scale = self.scale * fp8_q_scale * fp8_kv_scale
+        self._flashinfer_fp8_bmm2_scale = fp8_kv_scale
+
+    def _reserve_empty_forward_workspace(self) -> None:
+        ...
+
+    def _forward_sparse_impl(self, q: torch.Tensor, output: torch.Tensor, flashmla_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata', self_kv_cache: torch.Tensor | None, swa_kv_cache: torch.Tensor, swa_only: bool) -> None:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...
+
+    def _prepare_query(self, q: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _forward_decode(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor) -> None:
+        ...
+
+    def _forward_prefill(self, q: torch.Tensor, compressed_k_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, output: torch.Tensor, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata') -> None:
+        ...

@@ -3,10 +3,36 @@
 
 from typing import ClassVar
 from vllm.models.deepseek_v4.attention import DeepseekV4Attention
+from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLABackend
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadataBuilder
+import torch
 
 
 class DeepseekSparseSWAFlashMLAMetadataBuilder(DeepseekSparseSWAMetadataBuilder):
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
+
+
+class DeepseekV4FlashMLAAttention(DeepseekV4Attention):
+    backend_cls = DeepseekV4FlashMLABackend
+    swa_backend_cls = DeepseekSparseSWAFlashMLABackend
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+
+    def _o_proj(self, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...
+
+    def _forward_decode(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor) -> None:
+        ...
+
+    def _forward_prefill(self, q: torch.Tensor, positions: torch.Tensor, compressed_k_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, output: torch.Tensor, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata') -> None:
+        ...
