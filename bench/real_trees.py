@@ -275,7 +275,7 @@ def main() -> int:
     if not present:
         print(f"RESULT: NOTHING TO CHECK (no listed tree under {args.trees})")
         return 2
-    print(f"RESULT: {'FAIL' if failed else 'PASS'} ({present} trees linted, {absent} absent)")
+    print(f"RESULT: {'FAIL' if failed else 'PASS'} ({present} tree{'s' if present != 1 else ''} linted, {absent} absent)")
     return 1 if failed else 0
 
 
