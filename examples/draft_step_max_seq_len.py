@@ -1,22 +1,19 @@
-"""IC004: the draft loop advances `seq_lens` and the CPU shadow, but not `max_seq_len`."""
+"""IC004, as a vLLM plugin writes it: vLLM's metadata class comes from the installed vLLM (or,
+in a venv without it, from the models bundled with invariant-check: `lint -v` says which). The
+draft loop advances a shallow copy's `seq_lens` and CPU shadow, but not its `max_seq_len` or
+`seq_lens_cpu_upper_bound`, which the copy keeps from the original."""
 
-from dataclasses import dataclass
+import copy
 
-import torch
-
-
-@dataclass
-class CommonAttentionMetadata:
-    seq_lens: torch.Tensor
-    max_seq_len: int
-    _seq_lens_cpu: torch.Tensor | None = None
+from vllm.v1.attention.backends.utils import CommonAttentionMetadata
 
 
 class Proposer:
     def propose(self, common_attn_metadata: CommonAttentionMetadata, builder):
+        cad = copy.copy(common_attn_metadata)
         for token_index in range(self.num_speculative_tokens - 1):
-            common_attn_metadata.seq_lens += 1
-            if common_attn_metadata._seq_lens_cpu is not None:
-                common_attn_metadata._seq_lens_cpu += 1
-            attn_metadata = builder.build_for_drafting(common_attn_metadata, token_index + 1)
+            cad.seq_lens[: self.batch_size] += 1
+            if cad._seq_lens_cpu is not None:
+                cad._seq_lens_cpu[: self.batch_size] += 1
+            attn_metadata = builder.build_for_drafting(cad, token_index + 1)
             self.run_draft_step(attn_metadata)

@@ -18,7 +18,8 @@ from .analysis.project import Module
 from .analysis.views import MODULE_CODE, ClassView, Context, FunctionView
 from .records import Outcome, ScanRecord
 from .rule import Report, Rule
-from .types import Candidate, FileError, Finding
+from .edits import overlapping, render_hint
+from .types import SAFE, UNSAFE, Candidate, FileError, Finding, Fix
 
 
 @dataclass
@@ -113,8 +114,9 @@ def _analyze(ctx: Context, module: Module, rec: ScanRecord, plan: Plan, out: Out
         except Exception as exc:  # a bug in one rule must not silence the others
             failed.append(f"{rule.CODE}: {_one_line(exc)}")
             continue
-        for rep, root in reports:
-            out.candidates.append(_candidate(module, rule, rep, root, rec.shown))
+        for rep, root, view in reports:
+            fix = _fix_of(rule, rep, view, failed)
+            out.candidates.append(_candidate(module, rule, rep, root, rec.shown, fix))
     if failed:
         out.errors.append(FileError(rec.shown, "internal error in a rule: " + "; ".join(failed)))
 
@@ -187,14 +189,14 @@ def module_code(module: Module) -> ast.Module:
     return ast.Module(body=stmts, type_ignores=[])
 
 
-def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> Iterator[tuple[Report, ast.AST]]:
+def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> Iterator[tuple[Report, ast.AST, Any]]:
     for pick in picks:
         if pick.kind == "module":
             if rule.SCOPE != "class":
                 node = module_code(module)
                 view = FunctionView(ctx, module, node, MODULE_CODE)
                 for rep in rule.check_function(view):
-                    yield rep, node
+                    yield rep, node, view
             continue
         chunk = pick.chunk
         own, trailing = module.statements(chunk)
@@ -216,27 +218,55 @@ def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> It
                     info = module.klass(qual)
                     if info is None:
                         continue
-                    for rep in rule.check_class(ClassView(ctx, module, node, info)):
-                        yield rep, root
+                    cview = ClassView(ctx, module, node, info)
+                    for rep in rule.check_class(cview):
+                        yield rep, root, cview
                 elif rule.SCOPE != "class":
                     view = FunctionView(ctx, module, node, qual)
                     for rep in rule.check_function(view):
-                        yield rep, root
+                        yield rep, root, view
 
 
 # -- reports to candidates ------------------------------------------------------------------
 
 
-def _candidate(module: Module, rule: Rule, rep: Report, root: ast.AST, shown: str) -> Candidate:
+def _fix_of(rule: Rule, rep: Report, view: Any, failed: list[str]) -> Fix | None:
+    """The rule's repair of what it reported, checked for shape; a fix builder that fails
+    costs the finding its fix, never the finding."""
+    try:
+        fix = rule.fix(rep, view)
+    except RecursionError:
+        return None
+    except Exception as exc:
+        failed.append(f"{rule.CODE} fix: {_one_line(exc)}")
+        return None
+    if fix is None:
+        return None
+    lines = len(view.source.line_starts)
+    if (
+        fix.applicability not in (SAFE, UNSAFE)
+        or not fix.edits
+        or any(e.end < e.start or e.line < 1 or e.end_line > lines + 1 for e in fix.edits)
+        or any(overlapping(a, b) for i, a in enumerate(fix.edits) for b in fix.edits[i + 1 :])
+    ):
+        failed.append(f"{rule.CODE} fix: malformed edits")
+        return None
+    return fix
+
+
+def _candidate(module: Module, rule: Rule, rep: Report, root: ast.AST, shown: str, fix: Fix | None = None) -> Candidate:
     src = module.source
     node = rep.node
     line = node.lineno
     end_line = getattr(node, "end_lineno", None) or line
     col = src.column(line, node.col_offset)
     end_col = src.column(end_line, getattr(node, "end_col_offset", None) or node.col_offset)
+    hint = rep.hint if rep.hint is not None else rule.HINT
+    if fix is not None:
+        hint = render_hint(fix, src)  # the hint is the fix, in words and lines
     finding = Finding(
         shown, line, col, end_line, end_col, rule.CODE, rule.NAME, rep.message,
-        rep.hint if rep.hint is not None else rule.HINT, rep.data or None,
+        hint, rep.data or None, fix,
     )
     return Candidate(finding, statement_line(root, node))
 

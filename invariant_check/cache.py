@@ -36,7 +36,7 @@ FORMAT = 4
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """A hash of the source of everything that decides findings: the analysis layer, the
-    rules, the engine's stages. Part of every cache key."""
+    rules and their fixes, the engine's stages. Part of every cache key."""
     pkg = Path(__file__).resolve().parent
     h = hashlib.blake2b(digest_size=12)
     folders = [pkg, pkg / "analysis"]
@@ -44,6 +44,7 @@ def code_fingerprint() -> str:
         from . import rules as rules_pkg
 
         folders += [Path(p) for p in rules_pkg.__path__]
+        folders += [Path(p) / "_fixes" for p in rules_pkg.__path__]  # fixes are cached with findings
     except ImportError:  # pragma: no cover - broken install
         pass
     for folder in folders:

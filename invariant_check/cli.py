@@ -48,8 +48,16 @@ def main() -> None:
 @click.option("--exit-zero", is_flag=True, help="Exit 0 even when something is found (2 still means the tool failed).")
 @click.option("--quiet", "-q", is_flag=True, help="Print the findings only: no summary, no pointer to explain, no warnings.")
 @click.option("--show-source/--no-show-source", default=None, help="Print the source line with a caret [default: on for terminals].")
+@click.option("--baseline", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="Report only findings not in this baseline file, and its entries that match nothing (IC902) [default: the configuration's `baseline`].")
+@click.option("--write-baseline", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE", help="Write the findings to FILE as a baseline (keeping its entries of files not linted) and report nothing.")
+@click.option("--no-baseline", is_flag=True, help="Ignore the configuration's `baseline`: report every finding.")
+@click.option("--add-noqa", is_flag=True, help="Add a suppression comment, with a reason to fill in, for every finding; report nothing.")
 @click.option("--python", "python", metavar="PATH", help="Read imports from outside the project from this interpreter's environment [default: the configuration's `python`, else the interpreter running invariant-check].")
 @click.option("--verbose", "-v", is_flag=True, help="Also say, on stderr, which source answered for each module imported from outside the project.")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes, then report what is left.")
+@click.option("--unsafe-fixes", is_flag=True, help="With --fix or --diff, the unsafe fixes too (review them).")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff and write nothing; exit 1 when there is one.")
+@click.option("--show-fixes", is_flag=True, help="With --fix, list the findings that were fixed.")
 @click.option("--no-prefilter", is_flag=True, hidden=True, help="Parse every file (for testing the prefilter).")
 def lint(**kwargs):
     """Lint PATHS (files or folders; default: the current folder; `-`: standard input)."""
@@ -71,10 +79,20 @@ def _guarded(func, /, *args, **kwargs):
         _quiet_stdout()
         sys.exit(EXIT_ERROR)
     except Exception as exc:
-        if os.environ.get("INVARIANT_CHECK_DEBUG"):
+        if _debug():
             raise
         detail = " ".join(str(exc).split())
         _fail(f"internal error: {type(exc).__name__}" + (f": {detail}" if detail else ""))
+
+
+def _debug() -> bool:
+    from .envvars import EnvError, get
+
+    try:
+        return bool(get("INVARIANT_CHECK_DEBUG"))
+    except EnvError as exc:
+        click.echo(f"invariant-check: warning: {exc}", err=True)
+        return False
 
 
 def _quiet_stdout() -> None:
@@ -85,7 +103,7 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, python, verbose, no_prefilter):
+def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, python, verbose, fix, unsafe_fixes, diff, show_fixes, no_prefilter, **adoption):
     from .config import ConfigError, check_codes, interpreter_path
     from .globs import PathGlobs
     from .projects import ProjectIndex, RunSettings, Selection
@@ -122,8 +140,46 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
             result, sources = _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd)
         else:
             result, sources = _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd), {}
+        fixing = None
+        if fix or diff:
+            from .fixes import FixError, run_fixes
+
+            if use_stdin:
+                where = Path(os.path.abspath(cwd / (stdin_filename if stdin_filename is not None else "-")))
+                relint = lambda given: _lint_stdin(given.get(where, data), stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd)[0]  # noqa: E731
+                read = lambda _path: data  # noqa: E731
+            else:
+                relint = lambda given: _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd, given)  # noqa: E731
+                read = None
+            try:
+                fixing = run_fixes(result, relint, unsafe=unsafe_fixes, cwd=cwd, read=read)
+            except FixError as exc:
+                _fail(str(exc))
+            result = fixing.result
+            result.warnings.extend(fixing.notes)
+            if use_stdin:
+                sources = {next(iter(sources)): fixing.fixed.get(where, data)}
     except ConfigError as exc:
         _fail(str(exc))
+    if fixing is not None:
+        from .fixes import report_fixes
+
+        report_fixes(fixing, diff=diff, stdin=where if use_stdin else None, cwd=cwd)
+        if diff:
+            _finish_diff(fixing, result, quiet)
+        if use_stdin:
+            out = click.get_binary_stream("stdout")
+            out.write(next(iter(sources.values())))
+            out.flush()
+    # baselines, --write-baseline, --add-noqa (adopt.py)
+    from .adopt import BaselineError, adopt
+
+    try:
+        code = adopt(result, index.order, paths, cwd, sources, use_stdin=use_stdin, **adoption)
+    except BaselineError as exc:
+        _fail(str(exc))
+    if code is not None:
+        sys.exit(code)
 
     from .formats import render
     from .formats.text import render_errors
@@ -140,6 +196,8 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
         statistics=statistics,
         quiet=quiet,
         sources=sources,
+        fixing=fixing,
+        show_fixes=show_fixes,
     )
     if output is not None:
         try:
@@ -147,7 +205,8 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
         except OSError as exc:
             _fail(f"{output}: cannot write: {exc.strerror or exc}")
     else:
-        click.echo(text, nl=False)
+        # `lint - --fix` prints the fixed source on stdout (as ruff does): the report goes to stderr
+        click.echo(text, nl=False, err=fixing is not None and use_stdin)
     if fmt == "text" and result.errors:
         click.echo(render_errors(result), err=True, nl=False)
     if verbose:
@@ -169,7 +228,19 @@ def _outside_report(outside: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
+def _finish_diff(fixing, result, quiet):
+    """`--diff`: the diff is the output; exit 1 when there is a fix, 2 when linting failed."""
+    from .formats.text import render_errors
+
+    if result.errors:
+        click.echo(render_errors(result), err=True, nl=False)
+    if not quiet:
+        for warning in result.warnings:
+            click.echo(f"invariant-check: warning: {warning}", err=True)
+    sys.exit(EXIT_ERROR if result.errors else EXIT_FINDINGS if fixing.changed else EXIT_CLEAN)
+
+
+def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd, sources=None):
     from .discovery import discover
     from .projects import group, lint_projects
 
@@ -177,7 +248,10 @@ def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd):
     projects = group(found.files, index)
     for project in projects:
         project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd, found)
-    result = lint_projects(projects, settings, cwd=cwd)
+    result = lint_projects(projects, settings, cwd=cwd, sources=sources)
+    from .config_checks import unmatched_per_file_ignores
+
+    result.warnings.extend(unmatched_per_file_ignores(projects, paths, cwd))
     result.errors.extend(found.errors)
     result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
     # a path that does not exist was never a file to check; one that cannot be read was
@@ -242,30 +316,24 @@ def _rules(fmt):
 
 @main.command()
 @click.argument("rule")
-def explain(rule):
+@click.option("--format", "fmt", type=click.Choice(["auto", "terminal", "markdown"]), default="auto", show_default=True,
+              help="auto: rendered for a terminal (wrapped, paged), Markdown when piped.")
+@click.option("--no-pager", is_flag=True, help="Never page, however long the page (also: PAGER=cat).")
+def explain(rule, fmt, no_pager):
     """Print a rule's documentation and examples (RULE: code or name)."""
-    _guarded(_explain, rule)
+    _guarded(_explain, rule, fmt, not no_pager)
 
 
-def _explain(rule):
+def _explain(rule, fmt="auto", pager=True):
+    from .explain import markdown, show, unknown_rule_message
     from .registry import all_rules, resolve_code
 
     codes = resolve_code(rule)
     if len(codes) > 1:
         _fail(f"{rule!r} names several rules ({', '.join(codes)}); give one code or name")
     if not codes:
-        _fail(f"unknown rule {rule!r}; known: {', '.join(all_rules())}")
-    r = all_rules()[codes[0]]
-    click.echo(f"# {r.CODE} {r.NAME}\n\n{r.documentation()}", nl=False)
-    if r.OPTIONS:
-        click.echo("\n## Option defaults\n")
-        for key, opt in r.OPTIONS.items():
-            click.echo(f"- `{key}` = {opt.default!r}: {opt.help}")
-    for title, examples in (("Flagged", r.INVALID), ("Not flagged", r.VALID)):
-        if examples:
-            click.echo(f"\n## {title} (tested examples)\n")
-            for ex in examples[:3]:
-                click.echo("```python\n" + ex.code.strip("\n") + "\n```")
+        _fail(unknown_rule_message(rule))
+    show(markdown(all_rules()[codes[0]]), fmt, pager)
 
 
 def _add_runtime_commands() -> None:

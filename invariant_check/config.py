@@ -13,7 +13,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from .registry import all_rules, resolve_code
+from .registry import all_rules, padded_code, resolve_code
 
 TABLE = "invariant-check"
 KNOWN_KEYS = {
@@ -27,6 +27,7 @@ KNOWN_KEYS = {
     "options",
     "cache-dir",
     "jobs",
+    "baseline",
     "python",
     "extra-paths",
 }
@@ -75,6 +76,10 @@ class Config:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     cache_dir: Path | None = None
     jobs: int | None = None
+    baseline: Path | None = None  # `baseline = "..."`, relative to the configuration's folder
+    # what is accepted but probably not meant (a rule's options given twice); printed as
+    # `invariant-check: warning: ...` by the command line
+    warnings: list[str] = field(default_factory=list)
     # where imports from outside the project are read (see analysis/environment.py)
     python: str | None = None  # an interpreter whose environment to read; None: the running one
     extra_paths: list[Path] = field(default_factory=list)
@@ -169,7 +174,8 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
     unknown = sorted(set(table) - KNOWN_KEYS)
     if unknown:
         raise ConfigError(
-            f"{where}: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(KNOWN_KEYS))}"
+            f"{where}: unknown key(s) {', '.join(unknown)}{did_you_mean(unknown, KNOWN_KEYS)}; "
+            f"known: {', '.join(sorted(KNOWN_KEYS))}"
         )
     # the folder as the paths reach it (not resolved): globs are matched against those paths
     cfg = Config(root=Path(os.path.abspath(source.parent)), source=source)
@@ -201,15 +207,34 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
     options = table.get("options", {})
     if not isinstance(options, dict):
         raise ConfigError(f"{where}: options must be a table of [options.<CODE>] tables")
+    given_as: dict[str, str] = {}
     for key, values in options.items():
         codes = resolve_code(key)
         if len(codes) != 1:
-            raise ConfigError(f"{where}: options.{key}: unknown rule code or name")
-        cfg.options[codes[0]] = check_rule_options(codes[0], values, f"{where} options.{key}")
+            pool = [*all_rules(), *(r.NAME for r in all_rules().values())]
+            raise ConfigError(f"{where}: options.{key}: unknown rule code or name{did_you_mean([key], pool)}")
+        code = codes[0]
+        checked = check_rule_options(code, values, f"{where} options.{key}")
+        if code in given_as:
+            # the same rule under its code and its name (or two spellings): merged, in file order
+            clash = sorted(k for k in checked if k in cfg.options[code] and cfg.options[code][k] != checked[k])
+            detail = f"; options.{key} wins for {', '.join(clash)}" if clash else ""
+            cfg.warnings.append(
+                f"{where}: options.{given_as[code]} and options.{key} both configure {code} "
+                f"({all_rules()[code].NAME}); they are merged{detail}. Keep one table."
+            )
+            cfg.options[code].update(checked)
+        else:
+            given_as[code] = key
+            cfg.options[code] = checked
     if "cache-dir" in table:
         if not isinstance(table["cache-dir"], str):
             raise ConfigError(f"{where}: cache-dir must be a string, got {table['cache-dir']!r}")
         cfg.cache_dir = (cfg.root / table["cache-dir"]).resolve()
+    if "baseline" in table:
+        if not isinstance(table["baseline"], str) or not table["baseline"]:
+            raise ConfigError(f"{where}: baseline must be a file name, got {table['baseline']!r}")
+        cfg.baseline = Path(os.path.abspath(cfg.root / table["baseline"]))
     if "jobs" in table:
         jobs = table["jobs"]
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
@@ -243,8 +268,29 @@ def check_codes(tokens: list[str], where: str) -> list[str]:
         codes.extend(found)
     if bad:
         known = ", ".join(all_rules())
-        raise ConfigError(f"{where}: unknown rule code(s) {', '.join(bad)}; known: {known}")
+        pool = [*all_rules(), *(r.NAME for r in all_rules().values())]
+        raise ConfigError(f"{where}: unknown rule code(s) {', '.join(bad)}{did_you_mean(bad, pool)}; known: {known}")
     return codes
+
+
+def did_you_mean(words: list[str], pool) -> str:
+    """` (did you mean X?)` for the words with a close match in `pool` (codes in any case,
+    `_` for `-`), else ``."""
+    import difflib
+
+    pool = list(pool)
+    norm = {p.lower().replace("_", "-"): p for p in pool}
+    found = []
+    for word in words:
+        key = word.lower().replace("_", "-")
+        padded = padded_code(word)
+        hit = (padded if padded in pool else None) or norm.get(key) or next((norm[n] for n in norm if n.startswith(key) and len(key) >= 3), None)
+        if hit is None:
+            close = difflib.get_close_matches(key, list(norm), n=1, cutoff=0.6)
+            hit = norm[close[0]] if close else None
+        if hit is not None and hit not in found:
+            found.append(hit)
+    return f" (did you mean {', '.join(found)}?)" if found else ""
 
 
 def check_rule_options(code: str, values: Any, where: str) -> dict[str, Any]:
@@ -254,7 +300,9 @@ def check_rule_options(code: str, values: Any, where: str) -> dict[str, Any]:
     unknown = sorted(set(values) - set(rule.OPTIONS))
     if unknown:
         known = ", ".join(sorted(rule.OPTIONS)) or "none"
-        raise ConfigError(f"{where}: unknown option(s) {', '.join(unknown)}; known: {known}")
+        raise ConfigError(
+            f"{where}: unknown option(s) {', '.join(unknown)}{did_you_mean(unknown, rule.OPTIONS)}; known: {known}"
+        )
     out = {}
     for key, value in values.items():
         try:

@@ -88,12 +88,15 @@ def finalize(
         pfi = PerFileIgnores(per_file_ignores, root if root is not None else os.getcwd())
     parsed: dict[str, suppressions.FileSuppressions] = {}
 
+    raw: dict[str, bytes] = {}  # the bytes read, for the fixes of IC900
+
     def comments(shown: str) -> suppressions.FileSuppressions:
         if shown not in parsed:
             f = by_shown.get(shown)
             data = None
             if f is not None and f.has_marker:
                 data = f.source if f.source is not None else _read(f.path)
+            raw[shown] = data or b""
             parsed[shown] = suppressions.parse(data or b"")
         return parsed[shown]
 
@@ -120,7 +123,7 @@ def finalize(
             sups = comments(source.shown)
             if sups.skip_file:
                 continue  # a skipped file reports nothing, not even about its comments
-            for found in _about_comments(source, sups, analysis, want_unused and source.parsed, want_invalid):
+            for found in _about_comments(source, sups, analysis, want_unused and source.parsed, want_invalid, raw.get(source.shown, b"")):
                 if ignored(source.shown, found.rule):
                     continue
                 # only a comment that names IC900/IC901 itself quiets them: a bare `ignore`
@@ -133,36 +136,74 @@ def finalize(
     return out
 
 
-def _about_comments(source: SourceFile, sups, analysis: frozenset[str], unused: bool, invalid: bool):
+def _about_comments(source: SourceFile, sups, analysis: frozenset[str], unused: bool, invalid: bool, data: bytes = b""):
+    text: list[str] = []  # decoded once, for the fixes
+
+    def unused_fix(d, idle):
+        if not text:
+            text.append(_text(data))
+        return _unused_fix(d, idle, text[0])
+
     for d in sups.all():
         if invalid and d.problems:
             scope = "that part suppresses nothing" if d.named else "the comment suppresses nothing"
             problems = "; ".join(_capital(p) for p in d.problems)
-            yield _finding(source.shown, d, INVALID, f"{problems} in `{d.text}`: {scope}")
+            # the hint is the comment as it should be written, when that can be told
+            spelt = f"Write `{d.spelling}`." if d.spelling else None
+            yield _finding(source.shown, d, INVALID, f"{problems} in `{d.text}`: {scope}", spelt)
         if not unused or d.kind not in ("ignore", "noqa"):
             continue
         if d.named is None:
             if not d.used:
-                yield _finding(source.shown, d, UNUSED, f"Unused suppression: `{d.text}` suppresses nothing on this line")
+                fix = unused_fix(d, None)
+                yield _finding(source.shown, d, UNUSED, f"Unused suppression: `{d.text}` suppresses nothing on this line", fix=fix, text=text)
             continue
         idle = [(token, code) for token, code in d.named if code in analysis and code not in d.used_codes]
         if idle:
             names = ", ".join(f"`{t}`" if t.upper() == c else f"`{t}` ({c})" for t, c in idle)
             verb = "suppresses" if len(idle) == 1 else "suppress"
-            yield _finding(source.shown, d, UNUSED, f"Unused suppression: {names} in `{d.text}` {verb} nothing on this line")
+            fix = unused_fix(d, {code for _, code in idle})
+            yield _finding(source.shown, d, UNUSED, f"Unused suppression: {names} in `{d.text}` {verb} nothing on this line", fix=fix, text=text)
 
 
 def _capital(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-def _finding(shown: str, d, rule: tuple[str, str], message: str) -> Finding:
+def _finding(shown: str, d, rule: tuple[str, str], message: str, hint: str | None = None, fix=None, text: list[str] | None = None) -> Finding:
     from .registry import (
         all_rules,  # the rule modules hold the one wording of the hints
     )
 
-    hint = all_rules()[rule[0]].HINT
-    return Finding(shown, d.line, d.column, d.line, d.column + len(d.text), rule[0], rule[1], message, hint)
+    hint = hint or all_rules()[rule[0]].HINT
+    if fix is not None:
+        from .analysis.source import Source
+        from .edits import render_hint
+
+        hint = render_hint(fix, Source(shown, text[0]))  # the hint is the fix
+    return Finding(shown, d.line, d.column, d.line, d.column + len(d.text), rule[0], rule[1], message, hint, fix=fix)
+
+
+def _text(data: bytes) -> str:
+    from .analysis.source import DecodeError, decode
+
+    try:
+        return decode(data)
+    except DecodeError:
+        return ""
+
+
+def _unused_fix(d, idle, text: str):
+    """IC900's fix (safe): the unused suppression, or its unused codes, removed."""
+    if not text:
+        return None
+    from .rules._fixes import ic900
+
+    try:
+        fix = ic900.build(d, idle, text)
+    except Exception:  # a fix that cannot be built leaves the finding as it is
+        return None
+    return fix
 
 
 def _read(path: Path) -> bytes | None:

@@ -138,6 +138,7 @@ class RunResult:
     warnings: list[str] = field(default_factory=list)
     paths_not_found: int = 0
     rules: list[Any] = field(default_factory=list)  # every rule enabled in some project
+    baselined: int | None = None  # findings a baseline held back (None: no baseline in use)
     # modules read from outside the projects: dotted name -> how `-v` describes the source
     outside: dict[str, str] = field(default_factory=dict)
 
@@ -206,7 +207,7 @@ def lint_projects(
         merged.files_seen += result.files_seen
         merged.files_parsed += result.files_parsed
         merged.cache_hits += result.cache_hits
-        merged.warnings.extend(w for w in result.warnings if w not in merged.warnings)
+        merged.warnings.extend(w for w in [*cfg.warnings, *result.warnings] if w not in merged.warnings)
         for name, (origin, path) in result.outside.items():
             merged.outside.setdefault(name, env.describe(origin, Path(path) if path else None, name))
     merged.rules = [enabled[c] for c in sorted(enabled)]

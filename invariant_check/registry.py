@@ -60,3 +60,15 @@ def default_codes() -> list[str]:
 def always_codes() -> list[str]:
     """Rules on whatever `select` says (only `ignore` turns them off): IC901."""
     return [c for c, r in all_rules().items() if getattr(r, "ALWAYS_ENABLED", False)]
+
+
+def padded_code(token: str) -> str | None:
+    """`IC2`, `IC02`, `ic02` -> `IC002` when that rule exists: a dropped zero is the usual typo,
+    and string similarity alone cannot tell IC002 from IC902 for `IC02`."""
+    import re
+
+    m = re.fullmatch(r"(?i)ic(\d{1,2})", token.strip())
+    if m is None:
+        return None
+    code = f"IC{int(m.group(1)):03d}"
+    return code if code in all_rules() else None

@@ -11,6 +11,11 @@ A rule is a query over the project model (`invariant_check.analysis`). It declar
   definition and the project: its classes, names resolved through imports, summaries of the
   functions it calls, control and value facts.
 
+A rule that knows the repair of what it found also defines `fix(report, view)`, kept apart
+from the detection: it returns the `Fix` (exact edits of the file, and whether they are safe)
+or None. The engine asks it for every report; the finding's hint is then rendered from the
+fix, so the two never disagree (see `invariant_check.fixes`).
+
 Everything else (parsing only what is needed, positions of reported nodes, caching,
 suppressions, output) is the engine's. A rule that raises is reported as an error of that
 rule in that file; the other rules still report.
@@ -23,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
-from .types import Invalid, Option, Valid
+from .types import Fix, Invalid, Option, Valid
 
 if TYPE_CHECKING:
     from .analysis.needs import Need
@@ -65,6 +70,11 @@ class Rule:
 
     def check_class(self, view: "ClassView") -> Iterator[Report]:
         return iter(())
+
+    def fix(self, report: Report, view: "FunctionView | ClassView") -> Fix | None:
+        """The repair of a finding this rule just reported in `view`, or None when the rule
+        offers none there (the hint then stays `report.hint`)."""
+        return None
 
     # -- helpers ---------------------------------------------------------------------------
     @classmethod

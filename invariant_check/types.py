@@ -23,19 +23,84 @@ class Finding:
     # machine-readable details (JSON); e.g. `resolved_by: "short-name"` where a name was
     # matched by its spelling because nothing else resolved it
     data: Any = field(default=None, compare=False, hash=False)
+    # the repair the rule knows for this finding (see `fixes`); the hint is rendered from it
+    fix: Fix | None = field(default=None, compare=False, hash=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         if out.get("data") is None:
             out.pop("data", None)
+        if self.fix is None:
+            out.pop("fix", None)
+        else:
+            out["fix"] = self.fix.to_dict()
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:
-        return cls(**data)
+        raw = dict(data)
+        fix = raw.pop("fix", None)
+        return cls(**raw, fix=Fix.from_dict(fix) if fix is not None else None)
 
     def sort_key(self) -> tuple:
         return (self.path, self.line, self.column, self.rule, self.message)
+
+
+SAFE = "safe"  # the meaning is certainly preserved or restored: `--fix` applies it
+UNSAFE = "unsafe"  # a person must look: only `--fix --unsafe-fixes` applies it
+
+
+@dataclass(frozen=True)
+class Edit:
+    """Replace the text from (line, column) up to (end_line, end_column), exclusive, by
+    `content`. Lines and columns are 1-based, columns in characters, as findings count them;
+    `content` ends its lines with `\n` (written with the file's own line ending)."""
+
+    line: int
+    column: int
+    end_line: int
+    end_column: int
+    content: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "content": self.content,
+            "location": {"line": self.line, "column": self.column},
+            "end_location": {"line": self.end_line, "column": self.end_column},
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Edit:
+        start, end = raw["location"], raw["end_location"]
+        return cls(start["line"], start["column"], end["line"], end["column"], raw["content"])
+
+    @property
+    def start(self) -> tuple[int, int]:
+        return (self.line, self.column)
+
+    @property
+    def end(self) -> tuple[int, int]:
+        return (self.end_line, self.end_column)
+
+
+@dataclass(frozen=True)
+class Fix:
+    """The repair of one finding: edits of the finding's file, applied together or not at all."""
+
+    applicability: str  # SAFE or UNSAFE
+    message: str  # what it does, one line: "Call `m.compact_topk_indices(rows)` after the switch"
+    edits: tuple[Edit, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "applicability": self.applicability,
+            "message": self.message,
+            "edits": [e.to_dict() for e in self.edits],
+        }
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Fix:
+        return cls(raw["applicability"], raw["message"], tuple(Edit.from_dict(e) for e in raw["edits"]))
 
 
 @dataclass(frozen=True)

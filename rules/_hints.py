@@ -6,11 +6,11 @@ from __future__ import annotations
 
 def compaction_method_hint(compaction: str) -> str:
     return (
-        f"Add a `{compaction}` method that gathers each distinct shared buffer once: "
-        f"`def {compaction}(self, slot_ids): n = slot_ids.numel(); seen = set(); "
-        "for layer in self.layers: buf = layer.indexer.topk_indices_buffer; "
-        "(seen.add(id(buf)), buf[:n].copy_(buf[slot_ids])) if id(buf) not in seen else None` "
-        "(layers that share one buffer must not gather it twice). Optionally delegate to "
+        f"Add a `{compaction}(self, slot_ids)` method that gathers each distinct shared top-k "
+        "buffer once: for each module in `self.modules()` and the attention `impl` it keeps, "
+        "take its `topk_indices_buffer`, skip a storage already gathered (`data_ptr()`), and "
+        "set `buf[:slot_ids.numel()] = buf[slot_ids]` (`lint --fix --unsafe-fixes` writes it "
+        "for an `nn.Module`). Or delegate to "
         "`invariant_check.compaction.compact_topk_indices_(self, slot_ids)`."
     )
 

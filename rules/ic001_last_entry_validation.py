@@ -3,6 +3,7 @@ from __future__ import annotations
 import ast
 from typing import Any, Iterator
 
+from invariant_check.analysis.consumption import Use, other_entries
 from invariant_check.analysis.facts import ref
 from invariant_check.analysis.needs import (
     LAST_INDEX,
@@ -12,28 +13,31 @@ from invariant_check.analysis.needs import (
     All,
     LoopLeftover,
     Names,
-    picked,
+    bound,
     subscripted,
 )
 from invariant_check.analysis.needs import (
     Any as AnyOf,
 )
 from invariant_check.analysis.source import one_line
+from invariant_check.analysis.values import COMPREHENSIONS, FIRST_INDEX, POP_CALL, STAR_TARGET, OneEntry, Produced, picked
 from invariant_check.analysis.values import Finding as ValueFinding
-from invariant_check.analysis.values import OneEntry, Produced
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 
 class LastEntryValidation(Rule):
     """
     ## What it does
-    Flags a check that, after a loop which produced one value per layer or per group, sees
-    only the value of the loop's last iteration, and a check of one entry of a collection of
-    metadata picked on purpose (`d[names[-1]]`, `list(d.values())[-1]`,
-    `next(reversed(d.values()))`, the first entry via `next(iter(d.values()))`, also one
-    assignment away: `first = next(iter(d.values()))`, then a check of `first`).
+    Flags a check that sees one entry of a collection of metadata while the other entries
+    are used after it unchecked: after a loop which produced one value per layer or per
+    group, a check of the value of the loop's last iteration; and a check of one entry picked
+    on purpose: the last (`d[names[-1]]`, `mds[-1]`, `list(d.values())[-1]`,
+    `next(reversed(d.values()))`, `d.popitem()`, `*_, last = d.values()`) or the first
+    (`next(iter(d.values()))`, `list(d.values())[0]`, `d[names[0]]`, `first, *_ = d.values()`),
+    also one assignment or a walrus away (`first = next(iter(d.values()))`, then a check of
+    `first`).
 
     A *check* is where a value is validated or decides a code path: `isinstance(x, T)` or
     `type(x) is T` in an `assert`, an `if` or `while` test, or in a boolean that an `assert`/`if`
@@ -71,21 +75,97 @@ class LastEntryValidation(Rule):
     A dispatch decides per group, or says which group decides
     (`any(isinstance(md, TreeAttentionMetadata) for md in per_group_attn_metadata.values())`).
 
+    ## What it proves
+    A one-entry check is reported only when the entries it did not see are *used after it*
+    (the message names the first use):
+    - the collection holding them is read after the check on a path where no full check
+      came first: iterated, subscripted, passed to a call, returned, stored, or, for an
+      attribute of `self`, read by a method of `self` called after the check (two calls
+      deep: `self._run_draft_steps(n)` reading `self.per_layer_attn_metadata`) (what holds them:
+      for a loop, every container it stores the value into, `d[k] = md`, `d.update(...)`,
+      `xs.append(md)`, or reads it from, `for md in d.values()`, `md = d[name]`; for a pick,
+      the collection it was picked from; and locals bound to one of these or built from it);
+    - or they were handed on before the check where the rule cannot follow them: the loop
+      passed each value to a call or stored it on `self` or in a parameter's container, or the
+      collection was passed to a call (`with set_forward_context(per_layer):`);
+    - or nothing after the check uses either the checked entry or the others: the check
+      guards code this function does not show (its caller, a later method), which sees
+      them all; a pure validator of a parameter is reported.
+
+    Not reported, besides the loop cases below:
+    - after the check, the function goes on with the checked entry only (reads it, passes it
+      on, returns it): `md = next(iter(d.values())); assert isinstance(md, T); use(md)`, a
+      dispatch on the first entry whose branches use only that entry, a found-any search
+      (`md = None`, a loop that binds it for a match, `assert md is not None`,
+      `return md`). A type test of the checked entry after the check (`return
+      isinstance(md, Tree)`) is a decision for the others and does not count as a use;
+    - a later check covers every entry before the collection is used: a loop over it that
+      checks each entry (`assert`/`if ...: raise` on the loop variable, or a validating call),
+      `all(...)` over it in an `assert`/`if ...: raise`, or a project function that does
+      either with it;
+    - the collection holds one entry: spelled with one (`[x]`, `range(1)`, `xs[:1]`), a
+      guarantee in the same function (`assert len(xs) == 1`, `if len(xs) != 1: raise` or
+      `return`, `if len(xs) > 1: raise`, `(x,) = xs`, the check under `if len(xs) == 1:`), or
+      a mapping whose values are one object (`dict.fromkeys(names, md)`, bound once and not
+      stored into);
+    - a pick keyed by what a loop around it iterates (`d[group.layer_names[0]]` in
+      `for group in groups:`): one entry of every group, not one entry;
+    - the collection is an attribute of `self` that every write keeps at one entry, with at
+      least one write proving it: `if len(groups) != 1: raise` before
+      `self.draft_attn_groups = list(groups)` in another method. The writes are looked for
+      in the class, its bases and its subclasses across the project. No proof (the finding
+      stays) when the attribute is written through another object
+      (`runner.drafter.draft_attn_groups = groups`), grown in place (`.append`, `+=`,
+      `[k] = v`), or when a base class cannot be read. A base's method that the class
+      overrides without calling it through `super()` never runs on its instances: its
+      writes do not count;
+    - `xs[0]` of a name this function did not fill with entries itself (a comprehension,
+      `list(d.values())`, stores in a loop): a parameter's or attribute's `[0]` is read as a
+      tuple's first field (`attn_metadata[0].decode` of a list of per-cache metadata), not as
+      a first entry.
+
+    ## What it assumes about code outside the project
+    Validating helpers, helpers that check every entry, and the classes that write a
+    `self` attribute are read wherever imports lead: the project, then the Python environment
+    (`--python`, `python = ...`, `extra-paths`), then the bundled models of vLLM's classes. A
+    bundled model's method whose body is not modelled, and a call nothing answers for, are
+    neither validators nor full checks: a check through them is not seen (no finding), a
+    collection passed to them counts as used (the finding stays), and a class with such a
+    base gets no single-entry proof from its attributes.
+
     ## What a loop leaves behind
     The names its body or target binds (assignment, unpacking, `with ... as`, walrus, nested
     loops, `except ... as`, `self.x = ...`), in `for` and `while` loops, and a collection
-    subscripted by the loop's own variable after the loop (`per_layer[layer_name]`).
+    subscripted by the loop's own variable after the loop (`per_layer[layer_name]`). Also:
+    the name a walrus binds inside a comprehension (`[(md := build(g)) for g in groups]`
+    leaves the last group's `md` in the function), and what a function returns from its own
+    loop (`per_layer, md = self._build_attn_metadata(cad)`, when every return of
+    `_build_attn_metadata` hands back its loop's last `md` in that place; the other values
+    then are in what the same call returned beside it).
     Not flagged: a search loop that `break`s; a name reassigned between the loop and the check;
     a loop in one branch of an `if` only; a loop over one element (`[x]`, `(x,)`, `range(1)`,
     `xs[:1]`, `xs[-1:]`, or after `assert len(xs) == 1`, `assert len(xs) <= 1`,
-    `if len(xs) != 1: raise`, `if len(xs) > 1: raise`, also of `xs.values()`/`enumerate(xs)`);
-    an accumulator (a name whose new value reads its old one: `md = merge(md, g.build())`);
+    `if len(xs) != 1: raise` (or `return`), `if len(xs) > 1: raise`, also of
+    `xs.values()`/`enumerate(xs)`); an accumulator (a name whose new value reads its old one: `md = merge(md, g.build())`);
     checks inside the loop.
 
     ## What it leaves to the runtime guard
-    Whether a validating helper really raises for the type the loop produced, and checks of
-    values that reach the check through containers or attributes the rule cannot follow: the
-    `group-metadata` runtime guard checks every group's metadata type at every draft step.
+    Whether a validating helper really raises for the type the loop produced, checks of
+    values that reach the check through containers or attributes the rule cannot follow, and
+    a single-group guarantee made where the rule cannot see it (the model runner, a config
+    check): the `group-metadata` runtime guard checks every group's metadata type at every
+    draft step.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`; review it: it changes which values the check sees). Where
+    the loop stores each value in a collection (`d[key] = value`, `lst.append(value)`), or the
+    check picks one entry of one, the check is rewritten over every entry: a validation as
+    `all(isinstance(md, T) for md in d.values())` (`any(...)` where the check raises when it
+    holds), a dispatch as `any(...)`, as vLLM 0.20.0 wrote its tree-attention test; a validating
+    helper is called for each entry. Otherwise an `assert`, an `if` that only raises, or a
+    validating call moves into the loop, right after the statement that binds the value.
+    No fix for a dispatch without a collection (which group decides is a design question), for
+    a check stored in a flag first, or when the check reads names bound between the loop and it.
 
     ## Options
     - `metadata-names` (globs, any case): names that hold attention metadata.
@@ -221,6 +301,141 @@ def propose(self, groups):
 def log_metadata(md):
     print(md)
 """
+        ),
+        # The check narrows the type of the only entry the function goes on with.
+        Valid(
+            """
+def forward(self, attn_metadata):
+    md = next(iter(attn_metadata.values()))
+    assert isinstance(md, AscendMetadata)
+    return self.kernel(md.seq_lens, md.block_tables)
+"""
+        ),
+        # A dispatch on the first entry whose branches use that entry only.
+        Valid(
+            """
+def __call__(self, input_ids):
+    attn_metadata = get_forward_context().attn_metadata
+    attn_metadata = next(iter(attn_metadata.values()), None)
+    if not isinstance(attn_metadata, FastPathMetadata):
+        return self.fallback(input_ids)
+    return self.fast(input_ids, attn_metadata.seq_lens)
+"""
+        ),
+        # A first-entry check, then a loop that checks every entry before they are used.
+        Valid(
+            """
+def propose(self, per_layer_attn_metadata):
+    first = list(per_layer_attn_metadata.values())[0]
+    if not isinstance(first, FlashAttentionMetadata):
+        raise ValueError("unsupported")
+    for md in per_layer_attn_metadata.values():
+        if not isinstance(md, self.allowed_attn_types):
+            raise ValueError("unsupported")
+    return self.model(attn_metadata=per_layer_attn_metadata)
+"""
+        ),
+        # A found-any search: the last match is what the function returns.
+        Valid(
+            """
+def local_agent(self, devices):
+    agent_metadata = None
+    for device in devices:
+        if device.ip != self.ip:
+            continue
+        agent_metadata = AgentMetadata(device.id, device.ip)
+    assert agent_metadata is not None, "this host is not in the rank table"
+    return agent_metadata
+"""
+        ),
+        # Every write of `self.draft_attn_groups` keeps one group: the loop sees it.
+        Valid(
+            """
+class OneGroupProposer:
+    def initialize_attn_backend(self, attn_groups):
+        if len(attn_groups) != 1:
+            raise NotImplementedError("the draft model must have one attention group")
+        self.draft_attn_groups = list(attn_groups)
+
+    def propose(self, common_attn_metadata):
+        per_layer_attn_metadata = {}
+        for attn_group in self.draft_attn_groups:
+            attn_metadata = attn_group.build(common_attn_metadata)
+            for layer_name in attn_group.layer_names:
+                per_layer_attn_metadata[layer_name] = attn_metadata
+        assert isinstance(attn_metadata, FlashAttentionMetadata)
+        return self.model(attn_metadata=per_layer_attn_metadata)
+"""
+        ),
+        # Every layer's entry is one object.
+        Valid(
+            """
+def propose(self, attn_metadata):
+    per_layer_attn_metadata = dict.fromkeys(self.attn_layer_names, attn_metadata)
+    md = next(iter(per_layer_attn_metadata.values()))
+    assert isinstance(md, FlashAttentionMetadata)
+    return self.model(attn_metadata=per_layer_attn_metadata)
+"""
+        ),
+        # `[0]` of a parameter: a field of a list of per-cache metadata, not a first entry.
+        Valid(
+            """
+def forward_decode(self, attn_metadata):
+    assert attn_metadata[0].decode is not None
+    return self._decode(attn_metadata)
+"""
+        ),
+        # The pick runs only when there is one entry.
+        Valid(
+            """
+def propose(self, per_layer_attn_metadata):
+    if len(per_layer_attn_metadata) != 1:
+        return self.propose_per_group(per_layer_attn_metadata)
+    if isinstance(next(iter(per_layer_attn_metadata.values())), TreeAttentionMetadata):
+        return self.propose_tree(per_layer_attn_metadata)
+    return self.propose_chain(per_layer_attn_metadata)
+"""
+        ),
+        # The first layer's entry of every group, checked inside the loop over the groups:
+        # the layers of a group share its metadata, so every group is checked.
+        Valid(
+            """
+def check_groups(self, per_layer_attn_metadata):
+    for group in self.draft_attn_groups:
+        attn_metadata = per_layer_attn_metadata[group.layer_names[0]]
+        if not isinstance(attn_metadata, self.allowed_attn_types):
+            raise ValueError(f"unsupported draft metadata {type(attn_metadata)}")
+    self.run_model(per_layer_attn_metadata)
+"""
+        ),
+        # The subclass overrides the method that sets the groups, without `super()`, and
+        # allows one group only: the base's write never runs on its instances.
+        Valid(
+            """
+from .base import BaseProposer
+
+
+class OneGroupProposer(BaseProposer):
+    def initialize_attn_backend(self, groups):
+        if len(groups) != 1:
+            raise NotImplementedError("one attention group only")
+        self.draft_attn_groups = list(groups)
+
+    def build(self, cad):
+        per_layer = {}
+        for group in self.draft_attn_groups:
+            attn_metadata = group.builder.build_for_drafting(cad, 0)
+            for name in group.layer_names:
+                per_layer[name] = attn_metadata
+        if not isinstance(attn_metadata, FlashAttentionMetadata):
+            raise ValueError("unsupported")
+        return per_layer
+""",
+            files={"base.py": """
+class BaseProposer:
+    def initialize_attn_backend(self, groups):
+        self.draft_attn_groups = list(groups)
+"""},
         ),
     ]
     INVALID = [
@@ -480,6 +695,146 @@ def build(self, groups):
 """,
             line=5,
         ),
+        # The first entry, spelled `[0]`, decides for the others the function goes on with.
+        Invalid(
+            """
+def propose(self, common_attn_metadata):
+    per_group_attn_metadata = {}
+    for gid, attn_group in enumerate(self.draft_attn_groups):
+        per_group_attn_metadata[gid] = attn_group.build(common_attn_metadata)
+    attn_metadata = list(per_group_attn_metadata.values())[0]
+    if isinstance(attn_metadata, TreeAttentionMetadata):
+        return self.propose_tree()
+    return self.propose_chain(per_group_attn_metadata)
+""",
+            line=6,
+            message_contains="used at line 8",
+        ),
+        # `.popitem()` checks the entry it removes; the others are forwarded.
+        Invalid(
+            """
+def propose(self, per_layer_attn_metadata):
+    _, md = per_layer_attn_metadata.popitem()
+    assert isinstance(md, FlashAttentionMetadata)
+    return self.model(attn_metadata=per_layer_attn_metadata)
+""",
+            line=3,
+            message_contains="last",
+        ),
+        Invalid(
+            """
+def propose(self, per_layer_attn_metadata):
+    *_, last = per_layer_attn_metadata.values()
+    assert isinstance(last, FlashAttentionMetadata)
+    self.model(attn_metadata=per_layer_attn_metadata)
+""",
+            line=3,
+        ),
+        # The entry picked in a walrus, the collection forwarded afterwards.
+        Invalid(
+            """
+def propose(self, per_layer_attn_metadata):
+    if not isinstance(md := next(iter(per_layer_attn_metadata.values())), FlashAttentionMetadata):
+        raise ValueError(f"unsupported {type(md)}")
+    return self.model(attn_metadata=per_layer_attn_metadata)
+""",
+            line=2,
+        ),
+        # The first of a list the function built, checked; every entry is passed on.
+        Invalid(
+            """
+def propose(self, groups):
+    group_metadata = [g.build() for g in groups]
+    assert isinstance(group_metadata[0], FlashAttentionMetadata)
+    return self.model(group_metadata)
+""",
+            line=3,
+            message_contains="first",
+        ),
+        # The loop's own variable is left behind; the collection it came from is forwarded.
+        Invalid(
+            """
+def propose(self, per_layer_attn_metadata):
+    for md in per_layer_attn_metadata.values():
+        md.prepare()
+    assert isinstance(md, FlashAttentionMetadata)
+    return self.model(attn_metadata=per_layer_attn_metadata, seq_lens=md.seq_lens)
+""",
+            line=4,
+        ),
+        # The forward context already holds every entry when one of them decides.
+        Invalid(
+            """
+def propose(self, per_layer_attn_metadata):
+    with set_forward_context(per_layer_attn_metadata):
+        md = next(iter(per_layer_attn_metadata.values()))
+        if isinstance(md, TreeAttentionMetadata):
+            return self.propose_tree(md)
+        return self.propose_chain(md)
+""",
+            line=4,
+            message_contains="handed on at line 2",
+        ),
+        # A write that grows the attribute breaks the single-group proof.
+        Invalid(
+            """
+class OneGroupProposer:
+    def initialize_attn_backend(self, attn_groups):
+        if len(attn_groups) != 1:
+            raise NotImplementedError("the draft model must have one attention group")
+        self.draft_attn_groups = list(attn_groups)
+
+    def add_group(self, group):
+        self.draft_attn_groups.append(group)
+
+    def propose(self, common_attn_metadata):
+        per_layer_attn_metadata = {}
+        for attn_group in self.draft_attn_groups:
+            attn_metadata = attn_group.build(common_attn_metadata)
+            for layer_name in attn_group.layer_names:
+                per_layer_attn_metadata[layer_name] = attn_metadata
+        assert isinstance(attn_metadata, FlashAttentionMetadata)
+        return self.model(attn_metadata=per_layer_attn_metadata)
+""",
+            line=16,
+        ),
+        # A walrus in a comprehension binds in the function: after it, the name holds the
+        # last group's metadata.
+        Invalid(
+            """
+def prepare(self, cad):
+    group_metadata = [
+        (attn_metadata := group.get_metadata_builder().build_for_drafting(cad, 0))
+        for group in self.draft_attn_groups
+    ]
+    assert isinstance(attn_metadata, FlashAttentionMetadata)
+    return self.run_model(group_metadata)
+""",
+            line=6,
+            message_contains="last `attn_metadata`",
+        ),
+        # The group loop moved into a helper that returns its last value beside the dict.
+        Invalid(
+            """
+class Proposer:
+    def _build(self, cad):
+        per_layer = {}
+        attn_metadata = None
+        for group in self.draft_attn_groups:
+            attn_metadata = group.get_metadata_builder().build_for_drafting(cad, 0)
+            for name in group.layer_names:
+                per_layer[name] = attn_metadata
+        return per_layer, attn_metadata
+
+    def propose(self, cad):
+        per_layer, attn_metadata = self._build(cad)
+        if not isinstance(attn_metadata, self.allowed_attn_types):
+            raise ValueError("unsupported draft attention metadata")
+        return self.run_model(per_layer)
+""",
+            line=13,
+            message_contains="inside `self._build(...)`",
+        ),
     ]
 
     @classmethod
@@ -493,9 +848,12 @@ def build(self, groups):
             AfterLoop(subscripted(md)),
             # any name a loop leaves behind, checked against a metadata type after the loop
             AfterLoop(type_check),
+            # a metadata name bound (from a call whose function returns its loop's last
+            # value, or by a comprehension's walrus) and checked against a metadata type
+            All(bound(md), type_check),
             # one entry picked out of a metadata collection, or checked against a type
             picked(md),
-            All(type_check, AnyOf(LAST_INDEX, NEXT_OF_ITER)),
+            All(type_check, AnyOf(LAST_INDEX, NEXT_OF_ITER, FIRST_INDEX, POP_CALL, STAR_TARGET)),
         )
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -527,8 +885,11 @@ def build(self, groups):
         for found in view.last_values(is_validator):
             if id(found.check.statement) in seen or not self._relevant(found):
                 continue
+            use = other_entries(view, found, is_validator)
+            if not use.consumed:
+                continue
             seen.add(id(found.check.statement))
-            yield self._report(view, found)
+            yield self._report(view, found, use)
 
     # -- the query ----------------------------------------------------------------------------
     def _relevant(self, found: ValueFinding) -> bool:
@@ -549,7 +910,7 @@ def build(self, groups):
                     return True
         return False
 
-    def _report(self, view: FunctionView, found: ValueFinding) -> Report:
+    def _report(self, view: FunctionView, found: ValueFinding, use: Use) -> Report:
         check = found.check
         text = view.text(check.node)
         dispatch = check.kind == "type" and not check.validates
@@ -559,11 +920,13 @@ def build(self, groups):
             header = _header(view, loop)
             verb = "decides on" if dispatch else ("validates" if check.kind in ("type", "helper") else "checks")
             subject = found.via if found.via and found.via != found.name else found.name
+            header = f"inside `{header}`" if isinstance(loop, ast.Call) else f"`{header}`"
+            where = f"the loop {header}"
             message = (
-                f"`{text}` {verb} only the last `{subject}` produced by the loop `{header}`; "
+                f"`{text}` {verb} only the last `{subject}` produced by {where}; "
                 f"every other entry goes {'unseen' if dispatch else 'unchecked'}"
             )
-            collection = _collection_of(loop, found.name)
+            collection = _collection_of(loop, found.name) or _iterated(loop, found.name)
             data["loop_line"] = loop.lineno
         else:
             entry = found.origin
@@ -573,7 +936,18 @@ def build(self, groups):
             )
             collection = entry.collection
             header = None
+        if use.node is not None:
+            where = one_line(view.text(use.node), 60)
+            when = "used" if use.reason == "used" else "handed on"
+            message += f" ({when} at line {use.node.lineno}: `{where}`)"
+            data["used_line"] = use.node.lineno
+        data["entries"] = use.reason
         return Report(check.node, message, _hint(dispatch, collection, header, check, view), data)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic001
+
+        return ic001.build(self, report, view)
 
 
 def _matchers(options: dict[str, Any]) -> tuple[Names, Names]:
@@ -590,6 +964,11 @@ def _last(name: str) -> str:
 def _header(view: FunctionView, loop: ast.AST) -> str:
     if isinstance(loop, ast.While):
         return one_line(f"while {view.text(loop.test)}", 80)
+    if isinstance(loop, ast.Call):  # a loop of the function called
+        return one_line(f"{view.text(loop.func)}(...)", 80)
+    if isinstance(loop, COMPREHENSIONS):  # a walrus in a comprehension: its first `for`
+        gen = loop.generators[0]
+        return one_line(f"for {view.text(gen.target)} in {view.text(gen.iter)}", 80)
     prefix = "async for" if isinstance(loop, ast.AsyncFor) else "for"
     return one_line(f"{prefix} {view.text(loop.target)} in {view.text(loop.iter)}", 80)
 
@@ -598,16 +977,26 @@ def _hint(dispatch: bool, collection: str | None, header: str | None, check, vie
     values = f"{collection}.values()" if collection else "the per-group values"
     types = view.text(check.types) if check.types is not None else "T"
     if dispatch:
-        where = f" (or decide inside the loop `{header}`)" if header else ""
+        where = f" (or decide inside the loop {header})" if header else ""
         return (
             f"This picks one code path from one group's type: decide per group{where}, or say "
             f"which group decides, e.g. `any(isinstance(md, {types}) for md in {values})`."
         )
-    where = f", or move the check into the loop `{header}`" if header else ""
+    where = f", or move the check into the loop {header}" if header else ""
     return (
         f"Check every entry: `if not all(isinstance(md, {types}) for md in {values}): raise ...`"
         f"{where}."
     )
+
+
+def _iterated(loop: ast.AST, name: str) -> str | None:
+    """`d` when the leftover is the loop's own variable over `d`, `d.values()`, `d.items()`."""
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.target.id == name:
+        it = loop.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("values", "items") and not it.args:
+            return ref(it.func.value)
+        return ref(it)
+    return None
 
 
 def _collection_of(loop: ast.AST, name: str) -> str | None:

@@ -5,12 +5,14 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator
 
 from invariant_check.analysis.facts import last_name, literal_kind, ref
+from invariant_check.analysis.fields import FieldFlow
 from invariant_check.analysis.flow import Flow
 from invariant_check.analysis.needs import Names, Words
 from invariant_check.analysis.project import ClassInfo, FunctionInfo
+from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, gathered_topk
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_call_hint
 
@@ -67,13 +69,26 @@ class SkipTopkWithoutCompaction(Rule):
     function compacts when it calls `compaction-method` or gathers the rows of a buffer named
     like `topk-buffers` in place, under any name of its own: `buf[:n].copy_(buf[idx])`,
     `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)` (also through a local alias,
-    `buf = layer.indexer.topk_indices_buffer`).
+    `buf = layer.indexer.topk_indices_buffer`). Such a gather written out in the function
+    itself compacts where it stands; a `for` loop that runs no forward and gathers on some
+    path (each layer's buffer, skipping those already gathered) is one compaction.
 
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
-    switch under `if self.share:` pairs with a compaction under the same `if self.share:`),
-    but a compaction under a narrower condition than the switch's does not cover the paths
-    where that condition is false. `hasattr(model, "compact_topk_indices")` tests are taken
-    as true: a model without the method is IC003's finding.
+    switch under `if self.share:` pairs with a compaction under the same `if self.share:`,
+    also through a local bound once outside loops: `share = self.share and ...`), but a
+    compaction under a narrower condition than the switch's does not cover the paths where
+    that condition is false. `hasattr(model, "compact_topk_indices")` tests are taken as
+    true: a model without the method is IC003's finding.
+
+    A path needs no compaction when nothing on it reads reused rows: it takes a branch that
+    says there are no rows (a size that is zero: `rows.numel() == 0`, `len(rows) == 0`,
+    `not len(rows)`, `rows.shape[0] == 0`, `rows.size(0) < 1`, `not n` where `n` holds a
+    size, `num_reqs == 0`), or it turns reuse off again (`set_skip_topk(False)` on the same
+    model) before any forward. A function that runs step 0's forward itself and switches
+    after it must be followed by a draft step: when no forward comes after the switch, in
+    the function or in the callers the source shows (methods calling `self.<it>(...)`, the
+    function a nested one is defined in), the switch is no finding (a unit test that flips
+    the switch and asserts; a path that returns before the draft loop).
 
     Inside a loop that runs the forward, a path that reaches the start of the function without
     any forward does not count (the switch then precedes step 0 in that iteration), and the
@@ -83,6 +98,28 @@ class SkipTopkWithoutCompaction(Rule):
     goes on in its callers: the methods of the class and of its base classes that call it
     (`self.on_multi_step_decode_begin(...)` in the base class's `propose()`, resolved for the
     subclass, so `self.on_prefill_end(...)` there is the subclass's compacting hook).
+
+    ## Which objects it checks
+    A switch counts only on an object that can hold a shared top-k buffer. The receiver
+    (`self.model.model`, `self.sampler`, a parameter, a local alias) is resolved through
+    imports, annotations and `self.x = Cls(...)` assignments, across the project, then the
+    Python environment, then the bundled models of vLLM's classes (`invariant-check lint -v`
+    says which source answered for each outside module). It is skipped only when its class
+    provably holds none:
+    - the switch only sets flags of the object that the class's own code tests in
+      conditions (a sampler's top-k filter: `self.skip_topk = skip`, then
+      `if self.skip_topk:` in `forward`), and neither the class nor a base defines the
+      compaction, names a top-k buffer (`topk-buffers`) or builds in `__init__` an object of
+      a class that does (the layers that hold the buffers); or
+    - it is built as `Cls(...)` from a class of a module of the vLLM releases modelled
+      (0.13.0 to 0.33.0) that the bundled models do not hold (vLLM's sampler): the models hold
+      every class of those releases that defines the switch or the compaction, names a
+      buffer, or subclasses one that does. A newer release's classes are read from the
+      environment when vLLM is installed there; a module that no release modelled has tells
+      nothing. An object only annotated with such a class may be of a plugin's subclass: it
+      counts.
+    A receiver nothing tells about (a model loaded by `get_model(...)`, an unannotated
+    parameter, a class with a base outside the project and the models) counts.
 
     ## What it leaves to the runtime guard
     - A switch in a hook method that nothing in the project calls (the framework does) while
@@ -94,6 +131,19 @@ class SkipTopkWithoutCompaction(Rule):
       `def set_skip_topk` itself, which only delegates.
     - A compaction in a helper counts if the helper compacts on some path: its own conditions
       (`if idx is not None:`) are taken as the helper's business.
+    - Step 0 and the reusing steps in two methods that only the framework calls, one after the
+      other (`prepare()` runs step 0 and switches, `run_steps()` runs the rest): the source
+      does not show that a draft step follows the switch.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). `<model>.compact_topk_indices(<rows>)` right after the
+    switch, in its block (so under its conditions), on the switched model: vLLM 0.25.0's fix of
+    0.24.0. The rows are those of a compaction the function already makes in the wrong place
+    (that call is moved, not repeated: a second gather would permute the rows again), else the
+    sampled rows by their vLLM names (`token_indices_to_sample`, `last_token_indices`, a name
+    holding `token_indices`) bound before the switch. No fix when neither is in scope, when the
+    switch shares its line or statement with other code, when the misplaced compaction is not a
+    statement of its own in this function, or when a helper compacts on some paths only.
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -102,7 +152,10 @@ class SkipTopkWithoutCompaction(Rule):
       last names of calls that run a draft step, besides calls of the switch's receiver.
     - `helper-depth` (default 4): how many calls deep compactions and forwards are looked for.
     - `topk-buffers` (globs, default `*topk_indices*`): attribute names of the shared top-k
-      buffers; a function that gathers one's rows in place is a compaction.
+      buffers; a function that gathers one's rows in place is a compaction, and a class that
+      names one can hold a shared buffer. With other names than the defaults for
+      `switch-method`, `compaction-method` and `topk-buffers`, vLLM classes missing from the
+      bundled models are no longer known to hold no buffer (they count).
     - `entry-points` (globs, default `propose`, `forward`, `load_model`, `dummy_run`,
       `capture`, `on_*`): method names a framework calls by name, which count as reachable.
     """
@@ -394,6 +447,143 @@ def compact_rows(proposer, idx):
 """
             },
         ),
+        # A helper returns early only when there are no rows: nothing to compact, and the
+        # draft steps read no rows.
+        Valid(
+            """
+class Drafter:
+    def _enter_reuse(self, rows):
+        self.model.model.set_skip_topk(True)
+        n = rows.shape[0]
+        if n == 0:
+            return
+        self.model.model.compact_topk_indices(rows)
+
+    def propose(self, rows):
+        hidden = self.model(**self.inputs)
+        self._enter_reuse(rows)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
+        # Reuse is switched off again on the path that leaves before the draft loop.
+        Valid(
+            """
+class Drafter:
+    def _enter_reuse(self, rows):
+        self.model.model.set_skip_topk(True)
+        if self.use_cuda_graph:
+            self.model.model.set_skip_topk(False)
+            return
+        self.model.model.compact_topk_indices(rows)
+
+    def propose(self, rows):
+        hidden = self.model(**self.inputs)
+        self._enter_reuse(rows)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
+        # The same condition through a local bound once: the compaction runs whenever the
+        # switch did.
+        Valid(
+            """
+def propose(self, idx):
+    reuse = self.share_indices and self.num_steps > 1
+    hidden = self.model(**self.inputs)
+    if reuse:
+        self.model.model.set_skip_topk(True)
+    logits = self.model.compute_logits(hidden)
+    if reuse:
+        self.model.model.compact_topk_indices(idx)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
+        # The gather written out in the proposer, over the layers (skipping buffers already
+        # gathered).
+        Valid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    n = token_indices_to_sample.numel()
+    seen = set()
+    for layer in self.model.model.layers:
+        buf = layer.indexer.topk_indices_buffer
+        if id(buf) in seen:
+            continue
+        seen.add(id(buf))
+        buf[:n] = buf[token_indices_to_sample]
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
+        # A sampler's own top-k filter: its switch sets a flag that only its own `forward`
+        # tests, and it holds no top-k buffer.
+        Valid(
+            """
+import torch.nn as nn
+
+class GreedySampler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.greedy = False
+
+    def set_skip_topk(self, skip):
+        self.greedy = skip
+
+    def forward(self, logits, k):
+        if self.greedy:
+            return logits.argmax(dim=-1)
+        return logits.topk(k, dim=-1).indices[:, 0]
+
+class Drafter:
+    def __init__(self, model):
+        self.model = model
+        self.sampler = GreedySampler()
+
+    def propose(self, batch):
+        hidden = self.model(**self.inputs)
+        self.sampler.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
+        # vLLM's sampler, from the bundled models: no vLLM release has a top-k buffer there.
+        Valid(
+            """
+from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+class Drafter:
+    def __init__(self, model):
+        self.model = model
+        self.sampler = TopKTopPSampler()
+
+    def propose(self, batch):
+        hidden = self.model(**self.inputs)
+        if batch.all_greedy:
+            self.sampler.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
+        # A unit test that runs step 0 and flips the switch: no draft step follows.
+        Valid(
+            """
+from unittest.mock import MagicMock
+
+def test_switch_after_step0():
+    proposer = MagicMock()
+
+    def run_step0(**inputs):
+        proposer.model(**inputs)
+        proposer.model.model.set_skip_topk(True)
+
+    run_step0(input_ids=[1, 2])
+    assert proposer.model.model.set_skip_topk.called
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -626,6 +816,101 @@ class DraftSpeculator:
 """
             },
         ),
+        # An early return that is not for want of rows: CUDA-graph runs skip the compaction.
+        Invalid(
+            """
+class Drafter:
+    def _enter_reuse(self, rows):
+        self.model.model.set_skip_topk(True)
+        if self.use_cuda_graph:
+            return
+        self.model.model.compact_topk_indices(rows)
+
+    def propose(self, rows):
+        hidden = self.model(**self.inputs)
+        self._enter_reuse(rows)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            line=3,
+            message_contains="not on every path",
+        ),
+        # Step 0 in a helper that switches last: its caller runs the draft steps.
+        Invalid(
+            """
+class Drafter:
+    def _step0(self, inputs):
+        hidden = self.model(**inputs)
+        self.model.model.set_skip_topk(True)
+        return hidden
+
+    def propose(self, inputs):
+        hidden = self._step0(inputs)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**inputs)
+""",
+            line=4,
+        ),
+        # The local flag is narrowed between the switch and the compaction.
+        Invalid(
+            """
+def propose(self, idx):
+    share = self.share_indices
+    hidden = self.model(**self.inputs)
+    if share:
+        self.model.model.set_skip_topk(True)
+    share = share and self.num_steps > 2
+    if share:
+        self.model.model.compact_topk_indices(idx)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=5,
+        ),
+        # The gather written out moves the hidden states, not the top-k indices.
+        Invalid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    n = token_indices_to_sample.numel()
+    buf = self.hidden_states_buffer
+    buf[:n] = buf[token_indices_to_sample]
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=3,
+        ),
+        # The model's switch sets a flag that its forward hands to the indexer: the switch
+        # concerns a top-k buffer the class cannot be shown not to hold.
+        Invalid(
+            """
+import torch.nn as nn
+
+class Predictor(nn.Module):
+    def __init__(self, indexer):
+        super().__init__()
+        self.indexer = indexer
+        self.reuse = False
+
+    def set_skip_topk(self, skip):
+        self.reuse = skip
+
+    def forward(self, x):
+        return self.indexer(x, reuse=self.reuse)
+
+class Drafter:
+    def __init__(self, indexer):
+        self.model = Predictor(indexer)
+
+    def propose(self, batch):
+        hidden = self.model(batch)
+        self.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(batch)
+""",
+            line=21,
+        ),
     ]
 
     @classmethod
@@ -641,6 +926,10 @@ class DraftSpeculator:
         self.entry_points = Names(options["entry-points"], case_sensitive=True)
         self.buffers = Names(options["topk-buffers"], case_sensitive=True)
         self.compacts_key = f"compacts:{self.compaction}:{sorted(options['topk-buffers'])}"
+        defaults = self.default_options()
+        modelled = all(options[k] == defaults[k] for k in ("switch-method", "compaction-method", "topk-buffers"))
+        self.names = TopkNames(self.switch, self.compaction, self.buffers, closed_world=modelled)
+        self._roles: TopkRoles | None = None
 
     def gathers(self, facts) -> bool:
         """Whether a function gathers the rows of a top-k buffer in place (a compaction
@@ -652,14 +941,19 @@ class DraftSpeculator:
         buffer's rows, itself or in a function it calls."""
         return summaries.reaches(fn, lambda c: c.name == self.compaction, self.compacts_key, self_cls, own=self.gathers)
 
+    def roles(self, view: FunctionView) -> TopkRoles:
+        if self._roles is None or self._roles.project is not view.project:
+            self._roles = TopkRoles(view.project, self.names)
+        return self._roles
+
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         if view.name == self.switch:
             return  # the switch's own body only delegates
         flow = None
         for call in _calls(view.node):
-            if last_name(call.func) != self.switch or not _switches_on(call):
+            if last_name(call.func) != self.switch or _switch_value(call) is not True:
                 continue
-            flow = flow or view.flow
+            flow = flow or FieldFlow(view.node)
             idx = flow.by_call.get(id(call))
             if idx is None:
                 continue  # in a lambda or nested scope
@@ -667,8 +961,14 @@ class DraftSpeculator:
             verdict = window.judge(idx)
             if verdict.ok:
                 continue
+            if self.roles(view).of_receiver(view, window.receiver) == NONE:
+                continue  # an object that holds no shared top-k buffer (a sampler)
             yield Report(call, window.message(verdict), window.hint(), verdict.data())
 
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic002
+
+        return ic002.build(self, report, view)
 
 
 
@@ -704,16 +1004,42 @@ class _Window:
         self.receiver = ref(switch.func.value) if isinstance(switch.func, ast.Attribute) else None
         self.owner = view.owner()
         self.canon_receiver = _canonical(self.receiver, _aliases(view.node)) if self.receiver else None
+        self._loop_hits: dict[tuple[int, int], bool] = {}
 
-    # -- classification of one call node ------------------------------------------------------
-    def classify(self, view_node: ast.AST, call: ast.Call, aliases: dict[str, str], fn: FunctionInfo | None, self_cls: ClassInfo | None) -> str | None:
+    # -- classification of one event ----------------------------------------------------------
+    def classify(self, node, aliases: dict[str, str], fn: FunctionInfo | None, self_cls: ClassInfo | None, flow: Flow, forward: bool, start: int | None = None) -> str | None:
+        if node.kind == "cond":
+            return "vacuous" if any(flow.empty(atom) for atom in node.atoms) else None
+        if node.kind == "store":
+            return "hit" if gathered_topk(node.node, aliases, self.rule.buffers) else None
+        if node.kind == "join":
+            # a `for` loop that runs no forward and compacts (gathers each layer's buffer,
+            # skipping those already done) is a compaction, as a helper holding it would be
+            loop = flow.loop_at(node.index)
+            if loop is None or not isinstance(loop.node, (ast.For, ast.AsyncFor)) or start in loop.members:
+                return None
+            key = (id(flow), loop.index)
+            got = self._loop_hits.get(key)
+            if got is None:
+                self._loop_hits[key] = False  # a loop inside itself
+                seen = flow.iteration(loop, lambda n: self.classify(n, aliases, fn, self_cls, flow, True, start))
+                got = self._loop_hits[key] = "hit" in seen and not seen & {"fwd", "mixed", "end"}
+            return "hit" if got else None
+        if node.kind != "call":
+            return None
+        call = node.node
         rule = self.rule
         name = last_name(call.func)
         if name == rule.switch:
+            recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            if forward and _switch_value(call) is False and self._same_model(_canonical(recv, aliases) if recv else None):
+                return "off"
             return None
         if name == rule.compaction:
             recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
             return "hit" if self._same_model(_canonical(recv, aliases) if recv else None) else None
+        if gathered_topk(call, aliases, rule.buffers):
+            return "hit"
         callee = ref(call.func)
         canon = _canonical(callee, aliases) if callee else None
         if name in rule.forward_names or (canon is not None and canon in self._owners()):
@@ -758,16 +1084,16 @@ class _Window:
         view, flow = self.view, self.flow
         fn = view.info
         aliases = _aliases(view.node)
-        known = flow.known_at(idx)
-        stop = self._stopper(aliases, fn, self.owner)
+        known = flow.known_at(idx, fixed=True)
         in_forward_loop = any(
-            any(stop(flow.nodes[m]) == "fwd" for m in loop.members if flow.nodes[m].kind == "call")
+            any(self.classify(flow.nodes[m], aliases, fn, self.owner, flow, True, idx) == "fwd" for m in loop.members if flow.nodes[m].kind == "call")
             for loop in flow.loops_of(idx)
         )
         verdict = _Verdict(ok=False)
         sides = []
         partial: set[int] = set()
         for forward in (False, True):
+            stop = self._stopper(aliases, fn, self.owner, flow, forward, idx)
             paths = flow.search(idx, forward, stop, known, self._assume)
             uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
             ends = paths.get("end", [])
@@ -780,6 +1106,8 @@ class _Window:
                 last = uncovered[0][-1]
                 verdict.next_forward = view.text(flow.nodes[last].node.func)
             sides.append((uncovered, ends))
+        # step 0 ran in this function: every path into the switch comes from a forward
+        proposal = bool(sides[0][0]) and not sides[0][1]
         for forward, (uncovered, ends) in zip((False, True), sides):
             if uncovered:
                 continue
@@ -787,8 +1115,13 @@ class _Window:
                 verdict.ok = True
                 return verdict
             # the window goes on in the callers
-            outcome = self._through_callers(forward, known, CALLER_DEPTH, verdict)
+            outcome = self._through_callers(fn, forward, known, CALLER_DEPTH, verdict)
             if outcome == "covered":
+                verdict.ok = True
+                return verdict
+            if forward and outcome == "unknown" and proposal:
+                # no draft step follows in this proposal (a test that flips the switch and
+                # asserts; a path that returns before the loop)
                 verdict.ok = True
                 return verdict
             if outcome == "unknown" and self._reachable_sibling_compacts():
@@ -798,11 +1131,9 @@ class _Window:
         verdict.partial = [f"line {flow.nodes[i].node.lineno}" for i in sorted(partial)]
         return verdict
 
-    def _stopper(self, aliases, fn, self_cls):
+    def _stopper(self, aliases, fn, self_cls, flow: Flow, forward: bool, start: int):
         def stop(node):
-            if node.kind != "call":
-                return None
-            return self.classify(node.node, node.node, aliases, fn, self_cls)
+            return self.classify(node, aliases, fn, self_cls, flow, forward, start)
         return stop
 
     def _assume(self, atom) -> bool | None:
@@ -812,25 +1143,26 @@ class _Window:
             return True
         return None
 
-    def _through_callers(self, forward: bool, known: dict[str, bool], depth: int, verdict: _Verdict) -> str:
+    def _through_callers(self, fn: FunctionInfo | None, forward: bool, known: dict[str, bool], depth: int, verdict: _Verdict) -> str:
         """'covered' if every caller covers the rest of the window on this side, 'open' if
-        one does not, 'unknown' if no caller is known."""
-        fn = self.view.info
-        owner = self.owner
-        if fn is None or owner is None or depth <= 0:
+        one does not, 'unknown' if no caller is known (or, after the switch, a caller's path
+        ends where no caller is known)."""
+        if fn is None or depth <= 0:
             return "unknown"
-        sites = list(_callers(self.view, fn, owner))
+        owner = self.owner if self.owner is not None else fn.owner()
+        sites = list(_callers(fn, owner))
         if not sites:
             return "unknown"
         stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
+        outcome = "covered"
         for caller, node, call in sites:
-            flow = Flow(node)
+            flow = FieldFlow(node)
             idx = flow.by_call.get(id(call))
             if idx is None:
                 return "open"
             aliases = _aliases(node)
-            stop = self._stopper(aliases, caller, owner)
-            known_here = dict(flow.known_at(idx))
+            stop = self._stopper(aliases, caller, owner, flow, forward, idx)
+            known_here = dict(flow.known_at(idx, fixed=True))
             known_here.update(stable_self)
             paths = flow.search(idx, forward, stop, known_here, self._assume)
             uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
@@ -838,8 +1170,14 @@ class _Window:
                 return "open"
             verdict.via.append(caller.qual)
             if paths.get("end"):
-                return "open"  # further up: the order is not in the source
-        return "covered"
+                if not forward:
+                    return "open"  # further up: the order is not in the source
+                further = self._through_callers(caller, forward, known_here, depth - 1, verdict) if depth > 1 else "open"
+                if further == "open":
+                    return "open"
+                if further == "unknown":
+                    outcome = "unknown"
+        return outcome
 
     def _reachable_sibling_compacts(self) -> bool:
         owner, fn = self.owner, self.view.info
@@ -906,11 +1244,17 @@ def _calls(node: ast.AST) -> Iterator[ast.Call]:
             yield sub
 
 
-def _switches_on(call: ast.Call) -> bool:
-    """`f(True)`, or `f(skip=True)` as the only argument."""
+def _switch_value(call: ast.Call) -> bool | None:
+    """True/False for `f(True)`/`f(False)`, or the same as the only keyword argument; None
+    when the value is not a literal."""
     if call.args:
-        return literal_kind(call.args[0]) == "True"
-    return len(call.keywords) == 1 and literal_kind(call.keywords[0].value) == "True"
+        arg = call.args[0]
+    elif len(call.keywords) == 1:
+        arg = call.keywords[0].value
+    else:
+        return None
+    kind = literal_kind(arg)
+    return True if kind == "True" else False if kind == "False" else None
 
 
 def _aliases(node: ast.AST) -> dict[str, str]:
@@ -936,10 +1280,22 @@ def _canonical(name: str, aliases: dict[str, str]) -> str:
     return name
 
 
-def _callers(view: FunctionView, fn: FunctionInfo, owner: ClassInfo):
-    """(caller, its ast node, the call) for each `self.<fn>(...)` in the methods of the class
-    and its bases."""
+def _callers(fn: FunctionInfo, owner: ClassInfo | None):
+    """(caller, its ast node, the call) for each call of `fn` whose caller the source shows:
+    `self.<fn>(...)` in the methods of its class and their bases, and a nested function
+    called by name in the function that defines it."""
     name = fn.short
+    head, sep, _ = fn.qual.rpartition(".<locals>.")
+    if sep:
+        enclosing = fn.module.function(head)
+        node = enclosing.node() if enclosing is not None else None
+        if node is not None:
+            for call in _calls(node):
+                if isinstance(call.func, ast.Name) and call.func.id == name:
+                    yield enclosing, node, call
+        return
+    if owner is None:
+        return
     word = Words(name)
     for cls in owner.classes():
         text = cls.module.source.text

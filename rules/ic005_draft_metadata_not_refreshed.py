@@ -3,13 +3,15 @@ from __future__ import annotations
 import ast
 from typing import Any, Iterator
 
-from invariant_check.analysis.facts import last_name, ref, walk_local
+from invariant_check.analysis.facts import last_name, ref, target_names, walk_local
 from invariant_check.analysis.fields import (
     FieldFlow,
     Passed,
     bound_offset,
     canonical,
+    direction,
     fills,
+    local_increment,
     flows_to,
     parameter_index,
     resolve_call,
@@ -17,6 +19,14 @@ from invariant_check.analysis.fields import (
     writes_at,
 )
 from invariant_check.analysis.flow import Loop, atoms_of
+from invariant_check.analysis.objects import (
+    aliases_of,
+    bound_value,
+    container_copy_of,
+    copy_of,
+    partials,
+    through_partial,
+)
 from invariant_check.analysis.needs import (
     FOR_STATEMENT,
     WHILE_STATEMENT,
@@ -28,7 +38,7 @@ from invariant_check.analysis.needs import Any as AnyOf
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.types import Fix, Invalid, Option, Valid
 
 # in-place methods of a dict of per-layer metadata that give it new entries
 _DICT_REFRESH = frozenset({"update", "setdefault", "__setitem__"})
@@ -95,11 +105,13 @@ class DraftMetadataNotRefreshed(Rule):
     - An advance is a call of an `input-advancing-calls` function, a call of a project
       function that makes one (any module, through imports, `self`, `functools.partial`,
       up to `helper-depth` calls deep), or an increment of a field or local named in
-      `advanced-fields` (`common_attn_metadata.seq_lens += 1`, `positions += 1`, also by a
-      helper). A project function with an advancing name counts only if it, or a function it
-      calls, touches an advanced field (`input_buffers.positions`, a `positions` parameter):
-      a multi-module MTP's `update_draft_inputs`, which shifts token ids between modules at
-      the same positions, advances nothing.
+      `advanced-fields` (`common_attn_metadata.seq_lens += 1`, `positions += 1`,
+      `positions = positions + 1`, also by a helper, on whatever object it increments:
+      `self._next_step()` calling `advance_inputs(self.input_buffers, ...)`). A project
+      function with an advancing name counts only if it, or a function it calls, touches an
+      advanced field (`input_buffers.positions`, a `positions` parameter): a multi-module
+      MTP's `update_draft_inputs`, which shifts token ids between modules at the same
+      positions, advances nothing.
     - A forward that receives the metadata is a call named in `forward-calls` with the
       metadata among its arguments (`self.run_model(n, attn_metadata)`,
       `set_forward_context(per_layer_attn_metadata, ...)`), or a call of a project function
@@ -114,6 +126,16 @@ class DraftMetadataNotRefreshed(Rule):
       (`md.seq_lens += 1` when `md` is what the forward receives: it moves with its inputs in
       place; whether its derived fields move too is IC004's finding). Entering an inner loop that refreshes it (over the
       attention groups) counts as a refresh; so does an advance that also refreshes it.
+    - *Aliases.* An update in place through any name bound to the same object counts: a
+      local alias (`md = decode_md`), the object every entry of a per-layer dict holds
+      (`per_layer = {name: md for name in layers}`, then `md.seq_lens += 1`), an entry taken
+      from it (`md_i = per_layer[name]`), a local alias of the dict (`layer_mds[name] = built`).
+      Binding one of those names to something else refreshes nothing, and a local that took
+      `self.attn_metadata` before the loop does not see `self.attn_metadata` bound anew (by
+      the loop or by a method it calls).
+    - *`functools.partial`.* A call of a local bound to `functools.partial(f, *args, **kw)` is
+      judged as the call of `f` with those arguments: `run = partial(self.run_model, n,
+      attn_metadata)` makes `run()` a forward that receives `attn_metadata`.
 
     A helper that both runs the forward and advances the inputs (`_generate_draft`) is taken
     to run them in that order: the forward of one step, then the inputs of the next.
@@ -134,12 +156,33 @@ class DraftMetadataNotRefreshed(Rule):
     `_update_draft_decode_metadata`), the multi-module MTP speculator of 0.33.0 (one module
     per step at the same positions).
 
+    ## Code outside the project
+    Helpers and base classes imported from vLLM are read where Python would find them: the
+    project, `extra-paths`, the Python environment (`--python`, `python = "..."`), then the
+    models of vLLM bundled with invariant-check (`invariant-check lint -v` says which). A
+    plugin's draft loop that calls vLLM's own helpers is judged through their source when
+    vLLM is installed; the bundled models keep only the helpers that write a metadata
+    object's fields, so without vLLM a forward or an advance hidden in another vLLM helper
+    is not seen (the finding is then missed, never invented).
+
     ## What it leaves to the runtime guard
     Whether a refresh really regenerates every position-dependent field, helpers the linter
     cannot resolve, and the conditions above: the `metadata-coherence` runtime guard checks
     the common metadata (`max_seq_len`, `query_start_loc`, `seq_lens_cpu_upper_bound`, the
     decode rows' slot mapping against positions and block table) at every draft step's
     metadata build.
+
+    ## Fix
+    Unsafe (`--fix --unsafe-fixes`). The metadata is built again inside the draft step, right
+    before the forward, as vLLM 0.21.0 builds it on every step. A build of this function
+    (`md = build(...)` before the loop, or on the first step only) is repeated there (moved,
+    when it sat in the loop). Metadata the callers pass in (vLLM's `generate_draft`) gets a
+    `rebuild_<md>=None` parameter, called there while the metadata is set, and each call site in
+    the same file passes its own build, evaluated anew at every step (`lambda: <build>`, or a
+    small function right before a call written on one line). No fix when no caller in the
+    project builds it, when the build is in another file or is one of several, or when a name
+    it reads changes between the build and the call. A function passed around rather than called (a CUDA graph capture) keeps its
+    single build: the parameter's default leaves it as it was.
 
     ## Options
     - `input-advancing-calls`: last names of calls that advance the draft inputs. Default
@@ -361,6 +404,68 @@ def draft(self, num_tokens, attn_metadata):
 """,
             files={"inputs.py": _INPUTS},
         ),
+        # Updated in place through a local alias of the metadata the forward receives.
+        Valid(
+            """
+def run(self, decode_md, positions, input_ids):
+    md = decode_md
+    for _ in range(self.num_steps):
+        hidden = self.run_model(input_ids, positions, decode_md)
+        input_ids = self.sample(hidden)
+        positions += 1
+        md.seq_lens += 1
+        md.max_seq_len = min(md.max_seq_len + 1, self.max_model_len)
+        md.slot_mapping = self.slots(md, positions)
+"""
+        ),
+        # Every layer's entry holds one object, updated in place through the name it was
+        # built from.
+        Valid(
+            """
+from vllm.forward_context import set_forward_context
+
+def propose(self, common_attn_metadata, input_ids, positions):
+    attn_metadata = self.builder.build_for_drafting(common_attn_metadata, 0)
+    per_layer_attn_metadata = {name: attn_metadata for name in self.layer_names}
+    for _ in range(self.num_speculative_tokens - 1):
+        positions += 1
+        attn_metadata.seq_lens += 1
+        attn_metadata.max_seq_len = min(attn_metadata.max_seq_len + 1, self.max_model_len)
+        attn_metadata.slot_mapping = self.slots(positions)
+        with set_forward_context(per_layer_attn_metadata, self.vllm_config):
+            hidden = self.model(input_ids=input_ids, positions=positions)
+        input_ids = self.sample(hidden)
+"""
+        ),
+        # Fresh metadata stored each step through a local alias of the dict the forward gets.
+        Valid(
+            """
+from vllm.forward_context import set_forward_context
+
+def propose(self, common_attn_metadata, per_layer_attn_metadata, input_ids, positions):
+    layer_mds = per_layer_attn_metadata
+    for step in range(self.num_speculative_tokens - 1):
+        positions += 1
+        common_attn_metadata.seq_lens += 1
+        built = self.builder.build_for_drafting(common_attn_metadata, step + 1)
+        for name in self.layer_names:
+            layer_mds[name] = built
+        with set_forward_context(per_layer_attn_metadata, self.vllm_config):
+            hidden = self.model(input_ids=input_ids, positions=positions)
+        input_ids = self.sample(hidden)
+"""
+        ),
+        # A name bound each step to metadata built anew, through another local.
+        Valid(
+            """
+def draft(self, num_tokens, attn_metadata):
+    for step in range(self.num_steps):
+        fresh = self.builder.build_for_drafting(self.common_md, step)
+        attn_metadata = fresh
+        hidden = self.run_model(num_tokens, attn_metadata)
+        self.input_buffers.positions[: self.num_reqs] += 1
+"""
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
@@ -506,6 +611,95 @@ class Drafter:
             message_contains="`self.attn_metadata`",
             files={"inputs.py": _INPUTS},
         ),
+        # The forward is a `functools.partial` bound to the metadata before the loop.
+        Invalid(
+            """
+import functools
+
+def generate_draft(self, num_tokens, attn_metadata, slot_mappings):
+    run = functools.partial(self.run_model, num_tokens, attn_metadata, slot_mappings)
+    for step in range(1, self.num_speculative_steps):
+        hidden = run()
+        self.input_buffers.positions[: self.num_reqs] += 1
+        self.input_buffers.seq_lens[: self.num_reqs] += 1
+""",
+            line=5,
+        ),
+        # The advance is two calls deep, on an object the helper finds on `self`.
+        Invalid(
+            """
+from .steps import advance_inputs
+
+class Speculator:
+    def _next_step(self, tokens):
+        advance_inputs(self.input_buffers, tokens)
+
+    def generate_draft(self, num_tokens, attn_metadata):
+        for step in range(1, self.num_speculative_steps):
+            hidden = self.run_model(num_tokens, attn_metadata)
+            self._next_step(self.sample(hidden))
+""",
+            line=8,
+            files={"steps.py": """
+def advance_inputs(input_buffers, tokens):
+    input_buffers.input_ids[: len(tokens)] = tokens
+    input_buffers.positions[: len(tokens)] += 1
+"""},
+        ),
+        # The positions advance as a local, rebound to itself plus one.
+        Invalid(
+            """
+def draft(self, attn_metadata, input_ids, positions):
+    for _ in range(self.num_steps):
+        hidden = self.model(input_ids, positions, attn_metadata)
+        input_ids = self.sample(hidden)
+        positions = positions + 1
+""",
+            line=2,
+        ),
+        # A local took `self.attn_metadata` before the loop; the refresh binds the attribute
+        # anew, which the local does not see.
+        Invalid(
+            """
+class Speculator:
+    def _refresh(self, num_tokens):
+        self.attn_metadata = self.build_attn_metadata(num_tokens)
+
+    def generate_draft(self, num_tokens):
+        attn_metadata = self.attn_metadata
+        for step in range(1, self.num_speculative_steps):
+            hidden = self.run_model(num_tokens, attn_metadata)
+            self.input_buffers.positions[: self.num_reqs] += 1
+            self._refresh(num_tokens)
+""",
+            line=7,
+        ),
+        # A helper runs the forward and then advances the inputs; the next step's call runs
+        # the forward again with the same metadata.
+        Invalid(
+            """
+class Speculator:
+    def _generate_draft(self, num_tokens, attn_metadata):
+        hidden = self.run_model(num_tokens, attn_metadata)
+        self.input_buffers.positions[: self.num_reqs] += 1
+
+    def multi_step(self, num_tokens, attn_metadata):
+        for step in range(1, self.num_speculative_steps):
+            self._generate_draft(num_tokens, attn_metadata)
+""",
+            line=7,
+        ),
+        # A fresh dict each step, but with the same stale entries.
+        Invalid(
+            """
+def draft(self, per_layer_attn_metadata, positions):
+    for _ in range(self.num_steps):
+        positions.add_(1)
+        per_layer_attn_metadata = dict(per_layer_attn_metadata)
+        self.model(positions, attn_metadata=per_layer_attn_metadata)
+""",
+            line=2,
+        ),
     ]
 
     @classmethod
@@ -524,16 +718,21 @@ class Drafter:
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         func = view.node
         calls, aliases = _scan(func)
+        bound = partials(func) if any(isinstance(c.func, ast.Name) for c in calls) else {}
         # cheap first: a loop that passes a metadata name to some call
         names: set[str] = set()
+        snapshots: set[str] = set()
         for call in calls:
-            for arg in _passed(call):
+            for arg in _passed(through_partial(call, bound) if bound else call):
                 spelled = canonical(ref(arg), aliases)
                 if spelled and self.metadata.matches(spelled.rsplit(".", 1)[-1]):
                     names.add(spelled)
+                    if isinstance(arg, ast.Name) and spelled != arg.id and "." in spelled:
+                        snapshots.add(spelled)  # a local holding what an attribute held
         if not names:
             return
         judge = _Judge(self, view, func, aliases)
+        judge.snapshots = snapshots
         reported: set[tuple[int, str]] = set()
         for md in sorted(names):
             for loop, advance, forward in judge.stale_uses(md):
@@ -542,6 +741,11 @@ class Drafter:
                     continue
                 reported.add(key)
                 yield judge.report(loop, md, advance, forward)
+
+    def fix(self, report: Report, view: FunctionView) -> Fix | None:
+        from ._fixes import ic005
+
+        return ic005.build(self, report, view)
 
 
 def _metadata_names(options: dict[str, Any]) -> Names:
@@ -565,9 +769,10 @@ def _scan(func: ast.AST) -> tuple[list[ast.Call], dict[str, str]]:
         params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
 
     def bind(target: ast.AST, value: str | None) -> None:
-        for node in ast.walk(target):
-            if isinstance(node, ast.Name):
-                bound.setdefault(node.id, set()).add(value if node is target else None)
+        # only the names a target binds: `md.seq_lens += 1` writes a field of `md`, it does
+        # not bind `md` to something else
+        for name in target_names(target):
+            bound.setdefault(name, set()).add(value if isinstance(target, ast.Name) else None)
 
     def loop_calls(loop: ast.AST) -> None:
         stack = list(ast.iter_child_nodes(loop))
@@ -641,6 +846,14 @@ class _Judge:
         self.flow = FieldFlow(func)
         self._targets: dict[int, tuple[str, FunctionInfo | None]] = {}
         self._advances: dict[int, bool] = {}
+        self._links: dict[str, set[str]] = {}
+        # calls of a local `functools.partial(...)` are judged as the calls they make
+        self._partials = partials(func)
+        self.snapshots: set[str] = set()  # metadata passed as a local copy of an attribute
+
+    def call_at(self, n: int) -> ast.Call:
+        call = self.flow.nodes[n].node
+        return through_partial(call, self._partials) if self._partials else call
 
     # -- one call --------------------------------------------------------------------------------
     def target(self, call: ast.Call) -> tuple[str, FunctionInfo | None]:
@@ -660,7 +873,7 @@ class _Judge:
         node = self.flow.nodes[n]
         if node.kind != "call":
             return False
-        call = node.node
+        call = self.call_at(n)
         if not self._receives(call, md):
             return False
         if last_name(call.func) in self.rule.forwards:
@@ -682,8 +895,12 @@ class _Judge:
     def _is_advance(self, n: int) -> bool:
         node = self.flow.nodes[n]
         rule = self.rule
-        if node.kind == "bind" and isinstance(node.node, ast.AugAssign) and node.name in rule.fields:
-            return isinstance(node.node.op, ast.Add)
+        if node.kind == "bind" and node.name in rule.fields:
+            stmt = node.node
+            if isinstance(stmt, ast.AugAssign):
+                return isinstance(stmt.op, ast.Add)
+            # `positions = positions + 1`
+            return isinstance(stmt, ast.Assign) and direction(stmt.value, node.name, self.aliases) == 1
         if node.kind not in ("call", "store"):
             return False
         for w in writes_at(self.flow, n, self.aliases):
@@ -691,7 +908,9 @@ class _Judge:
                 return True
         if node.kind != "call":
             return False
-        call = node.node
+        call = self.call_at(n)
+        if local_increment(call) in rule.fields:
+            return True  # `positions.add_(1)`, `torch.add(positions, 1, out=positions)`
         _, fn = self.target(call)
         if last_name(call.func) in rule.advancing:
             # a project function of that name advances only if it touches the inputs: a
@@ -704,31 +923,66 @@ class _Judge:
             return True
         for i in range(len(fn.facts.params)):
             for attr, op, delta in self.summaries.fields_written(fn, i):
-                if attr in rule.fields and (op in ("+=", "add_") or (op in ("=", "replace") and delta is not None and delta > 0)):
+                if attr in rule.fields and _increments(op, delta):
                     return True
-        return False
+        # or a helper it calls increments one, on whatever object (`self.input_buffers`)
+        fields = rule.fields
+        return self.summaries.reaches(
+            fn, lambda c: False, f"increments:{sorted(fields)}",
+            own=lambda facts: any(st.attr in fields and _increments(st.op, st.delta) for st in facts.stores),
+        )
+
+    def links(self, md: str) -> set[str]:
+        """`md` and what holds the same object or its entries (`per_layer = {k: md ...}`,
+        `md_i = per_layer[k]`): an update in place through any of them updates `md`."""
+        got = self._links.get(md)
+        if got is None:
+            got = self._links[md] = {md} | {canonical(a, self.aliases) or a for a in aliases_of(self.func, md)}
+        return got
 
     def is_refresh(self, n: int, md: str) -> bool:
         node = self.flow.nodes[n]
+        links = self.links(md)
         if node.kind == "bind" and node.name == md:
-            return True
-        if node.kind == "store" and node.name == md:
-            return True  # `md[layer] = ...`, `self.md = ...`
+            # a new object, unless it holds the same entries or values (`dict(md)`,
+            # `{**md, **extra}`, `copy.copy(md)`, `md = other_alias`)
+            value = bound_value(node.node, md)
+            if value is None:
+                return True
+            if not isinstance(value, ast.Call) and ref(value) is not None:
+                # another name's object: new unless that name held `md`'s object already
+                before = {md} | {canonical(a, self.aliases) or a for a in aliases_of(self.func, md, skip=node.node)}
+                return (canonical(ref(value), self.aliases) or ref(value)) not in before
+            made = copy_of(value, self.aliases)
+            sources = container_copy_of(value) | ({made.source} if made is not None and not made.given else set())
+            if not sources:
+                return True
+            # a copy holds the entries (values) of what it copies: new only when that was
+            # itself bound anew in this loop
+            loops = self.flow.loops_of(n)
+            if not loops:
+                return True
+            bound_here = {self.flow.nodes[i].name for i in loops[-1].members if self.flow.nodes[i].kind == "bind" and i != n}
+            return any(src.split(".")[0] in bound_here for src in sources)
+        if node.kind == "store" and canonical(node.name, self.aliases) in links:
+            # `md[layer] = ...`, `self.md = ...`, through an alias of the dict; a local that
+            # took `self.md` before does not see `self.md` bound anew
+            return not (md in self.snapshots and isinstance(self.flow.targets.get(n), ast.Attribute))
         if node.kind in ("store", "call") and any(
-            w.obj == md and w.kind == "set" for w in writes_at(self.flow, n, self.aliases)
+            w.obj in links and w.kind == "set" for w in writes_at(self.flow, n, self.aliases)
         ):
             # the metadata's own fields moved with the inputs, in place (whether the fields
             # derived from them moved too is IC004's question)
             return True
         if node.kind != "call":
             return False
-        call = node.node
+        call = self.call_at(n)
         name = last_name(call.func)
         recv = canonical(ref(call.func.value), self.aliases) if isinstance(call.func, ast.Attribute) else None
-        if recv == md and name in _DICT_REFRESH | self.rule.refreshes:
+        if recv in links and name in _DICT_REFRESH | self.rule.refreshes:
             return True
         receives = self._receives(call, md)
-        if name in self.rule.refreshes and receives:
+        if name in self.rule.refreshes and (receives or any(self._receives(call, a) for a in links)):
             return True
         head, _, attr = md.partition(".")
         own_method = head == "self" and attr and "." not in attr and recv == "self"
@@ -745,9 +999,10 @@ class _Judge:
         for i in self._params_receiving(call, fn, md):
             if flows_to(self.summaries, fn, i, test, key) or fills(self.summaries, fn, i):
                 return True
-        # `self.md` written by a method of the same instance
+        # `self.md` written by a method of the same instance (bound anew: not for a local
+        # that took it before)
         if own_method:
-            return any(a == attr for a, _op, _d in self.summaries.fields_written(fn, 0))
+            return any(a == attr and not (md in self.snapshots and op == "=") for a, op, _d in self.summaries.fields_written(fn, 0))
         return False
 
     # -- paths ------------------------------------------------------------------------------------
@@ -805,7 +1060,7 @@ class _Judge:
                 i = node.index
                 if i != outer.head and i not in outer.members:
                     return "exit"
-                if i in fwd_set and i != a:
+                if i in fwd_set:  # also `a` itself, met again on the next step
                     return "fwd"
                 if refresh(i) or i in heads:
                     return "refresh"
@@ -865,6 +1120,10 @@ class _Judge:
         )
         data = {"metadata": md, "advance": adv_text, "forward": fwd_text, "advance_line": adv.node.lineno}
         return Report(loop.node, message, hint, data)
+
+
+def _increments(op: str, delta: int | None) -> bool:
+    return op in ("+=", "add_") or (op in ("=", "replace") and delta is not None and delta > 0)
 
 
 def _touches(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> bool:

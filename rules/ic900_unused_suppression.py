@@ -11,7 +11,7 @@ class UnusedSuppression(Rule):
     ## What it does
     Flags a suppression comment (`# invariant-check: ignore[...]`, a bare
     `# invariant-check: ignore`, or the IC codes of a `# noqa: ...`) that suppresses nothing in
-    this run. Each rule named in a comment is checked on its own: in `ignore[IC002, IC001]`,
+    this run. (A comment that is misspelt, and so could suppress nothing, is IC901's.) Each rule named in a comment is checked on its own: in `ignore[IC002, IC001]`,
     an unused IC001 is reported even when IC002 is used. The comment is quoted as written.
 
     Off by default: turn it on with `--warn-unused-ignores`, `--extend-select IC900`, or
@@ -39,6 +39,13 @@ class UnusedSuppression(Rule):
 
     A comment that names IC900 itself on the same line keeps that line quiet
     (`# invariant-check: ignore[IC003, IC900]`).
+
+    ## Fix
+    Safe (`--fix`): the comment suppresses nothing in this run. The unused codes leave the
+    comment (`ignore[IC002, IC001]` with IC001 unused becomes `ignore[IC002]`;
+    `# noqa: E501, IC001` keeps `# noqa: E501` for the tool it was written for); a directive left
+    without codes is removed, then the comment if nothing else is in it, then the line if the
+    comment was all of it.
 
     ## Options
     None.

@@ -44,16 +44,22 @@ def _why_not(target: Any, module: Any, import_error: str | None) -> str:
     return "not in this vLLM"
 
 
-def dry_run() -> dict[str, Any]:
-    """Install every guard in this process, import the targets, report what got patched."""
-    import contextlib
+def dry_run(*, show_vllm_output: bool = True, progress: bool = False) -> dict[str, Any]:
+    """Install every guard in this process, import the targets, report what got patched.
+
+    `show_vllm_output=False` keeps what vLLM prints while its modules import off the console
+    (counted in `vllm_output_lines`); `progress` reports the imports on stderr."""
     import importlib
     import os
+    import time
+
+    from .quiet_imports import ImportNoise
 
     from .config import GUARD_NAMES, ConfigError, GuardConfig, parse_env
     from .patcher import REGISTRY, install, uninstall
     from .targets import TARGETS, candidate_modules, expected_in, modules_named, owners, target_id, versions_text
 
+    started = time.monotonic()
     version, root = _installed_vllm()
     result: dict[str, Any] = {"vllm_version": version, "vllm_path": root, "guards": {g: [] for g in GUARD_NAMES}}
     try:
@@ -73,13 +79,21 @@ def dry_run() -> dict[str, Any]:
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     install(GuardConfig(guards=frozenset(GUARD_NAMES), mode="record"))
     try:
-        # vLLM prints notices on import; keep stdout for our own (possibly JSON) output.
-        with contextlib.redirect_stdout(sys.stderr):
-            for name in modules:
+        # vLLM prints notices on import: kept out of stdout (our own, possibly JSON, output), and
+        # out of the console altogether unless asked for.
+        with ImportNoise(show=show_vllm_output) as noise:
+            for i, name in enumerate(modules, 1):
+                if progress:
+                    noise.progress(i, len(modules), name)
                 try:
                     importlib.import_module(name)
                 except Exception as exc:  # noqa: BLE001 - report, do not stop
                     import_errors[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+        result["modules_imported"] = len(modules)
+        result["import_s"] = round(noise.elapsed, 2)
+        result["vllm_output_lines"] = len(noise.lines)
+        if progress:
+            click.echo(f"invariant-check: {noise.summary(len(modules))}", err=True)
         patched = {(r.guard, r.target) for r in REGISTRY.targets()}
         for guard in GUARD_NAMES:
             rows: list[dict[str, Any]] = result["guards"][guard]
@@ -114,6 +128,7 @@ def dry_run() -> dict[str, Any]:
                     add(t.label, t, False, f"nothing matches ({t.selector.describe})", True)
     finally:
         uninstall()
+    result["elapsed_s"] = round(time.monotonic() - started, 2)
     enabled = cfg.guards or frozenset(GUARD_NAMES)
     result["strict_missing"] = [r["target"] for g in GUARD_NAMES if g in enabled
                                 for r in result["guards"][g] if r["expected"] and not r["found"]]
@@ -145,6 +160,9 @@ def _print_guards_text(res: dict[str, Any]) -> None:
             extra = f"  [{r['why_not']}]" if r.get("why_not") else ""
             when = "discovered" if r["versions"] == "discovered" else f"vLLM {r['versions']}"
             click.echo(f"  {status:18} {r['target']}  ({when}){extra}")
+    if "elapsed_s" in res:
+        click.echo(f"\nchecked in {res['elapsed_s']:.1f} s ({res.get('modules_imported', 0)} vLLM modules imported "
+                   f"in {res.get('import_s', 0):.1f} s)")
 
 
 @click.command("guards")
@@ -152,13 +170,17 @@ def _print_guards_text(res: dict[str, Any]) -> None:
 @click.option("--strict", is_flag=True,
               help="Exit 1 when a target of an enabled guard (all guards when INVARIANT_CHECK_GUARDS is unset) "
                    "that should exist in the installed vLLM release is missing.")
-def guards_command(fmt: str, strict: bool) -> None:
+@click.option("--verbose", "-v", is_flag=True, help="Also show what vLLM prints while its modules import (on stderr).")
+def guards_command(fmt: str, strict: bool, verbose: bool) -> None:
     """Show the installed vLLM, each runtime guard, its targets, and whether they get patched.
+
+    Importing vLLM's modules takes a while: progress goes to stderr, with the time it took;
+    vLLM's own log is kept out of the output unless -v is given.
 
     Exit codes: 0 fine, 1 with --strict when a target is missing, 2 on a bad INVARIANT_CHECK_*
     variable or without vLLM.
     """
-    res = dry_run()
+    res = dry_run(show_vllm_output=verbose, progress=True)
     env_error = res.get("environment", {}).get("error")
     if env_error:
         click.echo(f"invariant-check: error: {env_error}", err=True)
@@ -185,22 +207,26 @@ def report_command(directory: str, fmt: str) -> None:
     Exit codes: 0 no violation, 1 violations, 2 a bad DIRECTORY or no records at all (the guards
     were not on, or wrote elsewhere).
     """
-    from .reporting import ReportDirError, load_records, report_files, summarize
+    from .reporting import ReportDirError, load_report, report_files, see_also, summarize
 
     try:
         files = report_files(directory)
-        records, bad = load_records(directory)
+        data = load_report(directory)
     except ReportDirError as exc:
         click.echo(f"invariant-check: error: {exc}", err=True)
         sys.exit(EXIT_ERROR)
+    records, bad = data.records, data.unparsable
     if not records:
         click.echo(f"invariant-check: error: {NO_RECORDS} ({directory}: {len(files)} report file(s), "
-                   f"{len(bad)} unparsable line(s))", err=True)
+                   f"{len(bad)} unparsable line(s), {len(data.malformed)} malformed record(s))", err=True)
+        for line in data.malformed[:5]:
+            click.echo(f"invariant-check: malformed record: {line}", err=True)
         sys.exit(EXIT_ERROR)
-    summary = summarize(records, bad, files=len(files))
+    summary = summarize(records, bad, files=len(files), malformed=data.malformed)
     if fmt == "json":
         out = dict(summary)
         out["records"] = [r for r in records if r.get("kind") != "patched"]
+        out["groups"] = [dict(g, see=list(see_also(g["guard"], g["invariant"]))) for g in summary["groups"]]
         click.echo(json.dumps(out, indent=2, sort_keys=True, default=repr))
     else:
         click.echo(f"{summary['files']} report file(s), {summary['processes']} process(es) "
@@ -210,7 +236,16 @@ def report_command(directory: str, fmt: str) -> None:
             label = "VIOLATION" if g["kind"] == "violation" else "GUARD ERROR"
             click.echo(f"  {label} {g['guard']}/{g['invariant']}: {g['count']}x in pid(s) "
                        f"{', '.join(map(str, g['pids']))}")
-            click.echo(f"    first (pid {g['first_pid']}, {g['first_site']}): {g['first_message']}")
+            site = g["first_site"] if isinstance(g["first_site"], str) and g["first_site"] else "unknown site"
+            click.echo(f"    first (pid {g['first_pid']}, {site}): {g['first_message']}")
+            for see in see_also(g["guard"], g["invariant"]):
+                click.echo(f"    see {see}")
         if bad:
             click.echo(f"  {len(bad)} unparsable line(s): {', '.join(bad[:5])}")
+        if data.malformed:
+            click.echo(f"  {len(data.malformed)} malformed record(s), not counted:")
+            for line in data.malformed[:5]:
+                click.echo(f"    {line}")
+            if len(data.malformed) > 5:
+                click.echo(f"    ... and {len(data.malformed) - 5} more (--format json lists all)")
     sys.exit(EXIT_VIOLATIONS if summary["violations"] else EXIT_CLEAN)

@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from invariant_check import envvars
+
 ENV_GUARDS = "INVARIANT_CHECK_GUARDS"
 ENV_MODE = "INVARIANT_CHECK_GUARDS_MODE"
 ENV_REPORT_DIR = "INVARIANT_CHECK_REPORT_DIR"
@@ -21,20 +23,15 @@ ENV_COMPACTION = "INVARIANT_CHECK_COMPACTION"
 TOPK_LAYOUT = "topk-layout"
 GROUP_METADATA = "group-metadata"
 METADATA_COHERENCE = "metadata-coherence"
-GUARD_NAMES: tuple[str, ...] = (TOPK_LAYOUT, GROUP_METADATA, METADATA_COHERENCE)
+# The accepted values of every variable live in one table (invariant_check/envvars.py), which the
+# error messages and docs/guards.md are written from.
+GUARD_NAMES: tuple[str, ...] = envvars.GUARD_NAMES
 MODES: tuple[str, ...] = ("raise", "warn", "record")
 # "deferred": device-side results are read where vLLM has synchronised anyway (the next
 # proposal); "eager": at once, one host sync per check, for debugging sessions.
 SYNCS: tuple[str, ...] = ("deferred", "eager")
 # Fault-injection switches for this project's own tests; see faults.py.
-FAULTS: tuple[str, ...] = (
-    "drop-compaction",
-    "wrong-rows",
-    "wrong-slot-ids",
-    "double-compaction",
-    "bad-group-metadata",
-    "stale-max-seq-len",
-)
+FAULTS: tuple[str, ...] = envvars.FAULTS
 COMPACTIONS: tuple[str, ...] = ("vllm", "triton")
 
 
@@ -65,47 +62,22 @@ class GuardConfig:
         return guard in self.guards
 
 
-def _accepted_guards() -> str:
-    return "1, all, 0 (or empty/unset: off), or a comma list of: " + ", ".join(GUARD_NAMES)
+NOT_INSTALLED = "No guard was installed."
+
+
+def _parse(var: str, raw: str | None):
+    try:
+        return envvars.BY_NAME[var].parse(raw)
+    except envvars.EnvError as exc:
+        raise ConfigError(f"{exc}. {NOT_INSTALLED}") from None
 
 
 def parse_guards(raw: str | None) -> frozenset[str]:
-    value = (raw or "").strip().lower()
-    if value in ("", "0", "off", "none", "false"):
-        return frozenset()
-    if value in ("1", "all", "on", "true"):
-        return frozenset(GUARD_NAMES)
-    names = [part.strip() for part in value.split(",") if part.strip()]
-    unknown = [n for n in names if n not in GUARD_NAMES]
-    if unknown or not names:
-        raise ConfigError(
-            f"{ENV_GUARDS}={raw!r} is not valid (unknown: {', '.join(unknown) or raw!r}); "
-            f"accepted values: {_accepted_guards()}. No guard was installed."
-        )
-    return frozenset(names)
-
-
-def _parse_choice(var: str, raw: str | None, choices: tuple[str, ...], default: str) -> str:
-    value = (raw or "").strip().lower()
-    if not value:
-        return default
-    if value not in choices:
-        raise ConfigError(
-            f"{var}={raw!r} is not valid; accepted values: {', '.join(choices)}. "
-            "No guard was installed."
-        )
-    return value
+    return _parse(ENV_GUARDS, raw)
 
 
 def parse_faults(raw: str | None) -> frozenset[str]:
-    names = [p.strip().lower() for p in (raw or "").split(",") if p.strip()]
-    unknown = [n for n in names if n not in FAULTS]
-    if unknown:
-        raise ConfigError(
-            f"{ENV_FAULT}={raw!r} is not valid (unknown: {', '.join(unknown)}); accepted values: "
-            f"a comma list of: {', '.join(FAULTS)}. No guard was installed."
-        )
-    return frozenset(names)
+    return _parse(ENV_FAULT, raw)
 
 
 def parse_env(environ: Mapping[str, str] | None = None) -> GuardConfig:
@@ -113,9 +85,9 @@ def parse_env(environ: Mapping[str, str] | None = None) -> GuardConfig:
     env = os.environ if environ is None else environ
     return GuardConfig(
         guards=parse_guards(env.get(ENV_GUARDS)),
-        mode=_parse_choice(ENV_MODE, env.get(ENV_MODE), MODES, "raise"),
-        report_dir=(env.get(ENV_REPORT_DIR) or "").strip() or None,
+        mode=_parse(ENV_MODE, env.get(ENV_MODE)),
+        report_dir=_parse(ENV_REPORT_DIR, env.get(ENV_REPORT_DIR)),
         faults=parse_faults(env.get(ENV_FAULT)),
-        compaction=_parse_choice(ENV_COMPACTION, env.get(ENV_COMPACTION), COMPACTIONS, "vllm"),
-        sync=_parse_choice(ENV_SYNC, env.get(ENV_SYNC), SYNCS, "deferred"),
+        compaction=_parse(ENV_COMPACTION, env.get(ENV_COMPACTION)),
+        sync=_parse(ENV_SYNC, env.get(ENV_SYNC)),
     )

@@ -180,31 +180,74 @@ def report_files(directory: str | os.PathLike[str]) -> list[Path]:
     return sorted(path.glob(f"{FILE_PREFIX}*{FILE_SUFFIX}"))
 
 
-def load_records(directory: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    """All records of all processes, oldest first, and the lines that could not be parsed
-    ("file:line"): a torn last line of a killed process, bytes that are not UTF-8, not JSON."""
-    records: list[dict[str, Any]] = []
-    bad: list[str] = []
+# What a record must hold to be counted: anything else (a line another tool or version wrote, a
+# record with a field missing) is listed as malformed, never counted as a violation.
+KINDS = (KIND_VIOLATION, KIND_GUARD_ERROR, KIND_PATCHED)
+REQUIRED: dict[str, tuple[str, ...]] = {
+    KIND_VIOLATION: ("guard", "invariant", "message", "pid"),
+    KIND_GUARD_ERROR: ("guard", "invariant", "message", "pid"),
+    KIND_PATCHED: ("guard", "pid"),
+}
+
+
+def record_problem(rec: dict[str, Any]) -> str | None:
+    """Why a record cannot be counted (one phrase), or None when it is well formed."""
+    kind = rec.get("kind")
+    if kind not in KINDS:
+        return "no `kind`" if kind is None else f"unknown kind {kind!r} (expected {', '.join(KINDS)})"
+    missing = [k for k in REQUIRED[kind] if rec.get(k) in (None, "")]
+    if missing:
+        return f"{kind} record without {', '.join(missing)}"
+    wrong = [k for k in REQUIRED[kind] if k != "pid" and not isinstance(rec[k], str)]
+    if not isinstance(rec["pid"], int) or isinstance(rec["pid"], bool):
+        wrong.append("pid")
+    if wrong:
+        return f"{kind} record whose {', '.join(wrong)} {'is' if len(wrong) == 1 else 'are'} of the wrong type"
+    return None
+
+
+@dataclass
+class ReportData:
+    records: list[dict[str, Any]]  # well-formed records of all processes, oldest first
+    unparsable: list[str]  # "file:line" of lines that are not a JSON object
+    malformed: list[str]  # "file:line: why" of JSON objects that are not valid records
+
+
+def load_report(directory: str | os.PathLike[str]) -> ReportData:
+    """All records of all processes, oldest first; the lines that could not be parsed (a torn
+    last line of a killed process, bytes that are not UTF-8, not JSON); and the records that
+    lack a required field (listed, never counted)."""
+    data = ReportData([], [], [])
     for file in report_files(directory):
         try:
-            data = file.read_bytes()
+            raw_bytes = file.read_bytes()
         except OSError as exc:
             raise ReportDirError(f"cannot read {file}: {exc}") from exc
-        for lineno, raw in enumerate(data.splitlines(), 1):
+        for lineno, raw in enumerate(raw_bytes.splitlines(), 1):
             if not raw.strip():
                 continue
             try:
                 rec = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, ValueError):
-                bad.append(f"{file.name}:{lineno}")
+                data.unparsable.append(f"{file.name}:{lineno}")
                 continue
             if not isinstance(rec, dict):
-                bad.append(f"{file.name}:{lineno}")
+                data.unparsable.append(f"{file.name}:{lineno}")
+                continue
+            problem = record_problem(rec)
+            if problem is not None:
+                data.malformed.append(f"{file.name}:{lineno}: {problem}")
                 continue
             rec.setdefault("file", file.name)
-            records.append(rec)
-    records.sort(key=lambda r: r.get("timestamp") if isinstance(r.get("timestamp"), (int, float)) else 0)
-    return records, bad
+            data.records.append(rec)
+    data.records.sort(key=lambda r: r.get("timestamp") if isinstance(r.get("timestamp"), (int, float)) else 0)
+    return data
+
+
+def load_records(directory: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """(well-formed records, unparsable and malformed lines): `load_report` in two lists."""
+    data = load_report(directory)
+    return data.records, data.unparsable + data.malformed
 
 
 def _key(value: Any) -> str | int | None:
@@ -212,7 +255,8 @@ def _key(value: Any) -> str | int | None:
     return value if value is None or isinstance(value, (int, str)) else repr(value)
 
 
-def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = None, files: int = 0) -> dict[str, Any]:
+def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = None, files: int = 0,
+              malformed: list[str] | None = None) -> dict[str, Any]:
     records = list(records)
     violations = [r for r in records if r.get("kind") == KIND_VIOLATION]
     errors = [r for r in records if r.get("kind") == KIND_GUARD_ERROR]
@@ -240,6 +284,26 @@ def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = N
         "violations": len(violations),
         "guard_errors": len(errors),
         "unparsable_lines": list(bad_lines or []),
+        "malformed_records": list(malformed or []),
         "groups": groups,
         "vllm_versions": sorted({str(r.get("vllm_version")) for r in records if r.get("vllm_version")}),
     }
+
+
+# ---- where to read more about a violation (printed by `invariant-check report`) ----
+
+_IC004 = "IC004 (invariant-check explain IC004; docs/rules/IC004-stale-derived-metadata.md)"
+SEE_ALSO: dict[tuple[str, str], tuple[str, ...]] = {
+    ("metadata-coherence", "max-seq-len"): (_IC004,),
+    ("metadata-coherence", "seq-lens-upper-bound"): (
+        _IC004,
+        "docs/findings.md: vLLM 0.20-0.33 `extend_all_queries_by_N` leaves the bound N below seq_lens",
+    ),
+}
+
+
+def see_also(guard: Any, invariant: Any) -> tuple[str, ...]:
+    """The rule and the documented findings behind a guard's invariant (none when unknown)."""
+    if not isinstance(guard, str) or not isinstance(invariant, str):
+        return ()
+    return SEE_ALSO.get((guard, invariant), ())

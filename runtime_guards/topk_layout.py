@@ -389,13 +389,20 @@ def wrap_forward(orig: Callable[..., Any], cls: type) -> Callable[..., Any]:
     return forward
 
 
-def _triton_compaction() -> Callable[[Any, torch.Tensor], Any] | None:
+def _triton_compaction() -> Callable[..., Any] | None:
     cfg = runtime.config()
     if cfg is None or cfg.compaction != "triton":
         return None
-    from invariant_check.compaction import compact_topk_indices_
+    from invariant_check import compaction
 
-    return compact_topk_indices_
+    def swapped(model: Any, slot_ids: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        # vLLM calls compact_topk_indices only with index sharing on: a model with no top-k
+        # buffer to gather there is the silent missed compaction, so the swap never passes
+        # missing_ok (NoTopkBufferError names the model; INVARIANT_CHECK_COMPACTION=vllm keeps
+        # vLLM's own method).
+        compaction.compact_topk_indices_(model, slot_ids, missing_ok=False)
+
+    return swapped
 
 
 def wrap_compact(orig: Callable[..., Any], cls: type, *, check: bool | None = None) -> Callable[..., Any]:

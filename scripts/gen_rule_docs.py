@@ -114,13 +114,17 @@ def _code(text: str) -> str:
     return f"{ticks}{pad}{text}{pad}{ticks}"
 
 
-def render_example(kind: str, number: int, example: Any, caption: str) -> str:
+def render_example(kind: str, number: int, example: Any, caption: str, reported_in: str | None = None) -> str:
+    """`reported_in`: the file of `example.files` the rule reports in (IC902: the baseline),
+    when it is not the example's code."""
     lead = f"**{number}.**"
     if caption:
         lead += " " + caption.rstrip(".") + "."
     if kind == "INVALID":
-        code_lines = textwrap.dedent(example.code).lstrip("\n").splitlines()
+        reported = example.files[reported_in] if reported_in else example.code
+        code_lines = textwrap.dedent(reported).lstrip("\n").splitlines()
         where = f"line {example.line}" + (f", column {example.column}" if example.column else "")
+        where += f" of `{reported_in}`" if reported_in else ""
         lead += f" Reported at {where}"
         if 0 < example.line <= len(code_lines):
             lead += ": " + _code(code_lines[example.line - 1].strip())
@@ -132,7 +136,8 @@ def render_example(kind: str, number: int, example: Any, caption: str) -> str:
         lead += f" With options {_code(settings)}."
     parts = [lead, "", _fence(example.code)]
     for name, code in example.files.items():
-        parts += ["", f"Beside it, `{name}`:", "", _fence(code)]
+        lang = {"json": "json", "toml": "toml"}.get(name.rsplit(".", 1)[-1], "python")
+        parts += ["", f"Beside it, `{name}`:", "", _fence(code, lang)]
     return "\n".join(parts)
 
 
@@ -166,6 +171,20 @@ def render_page(rule: type) -> str:
     ]
     if rule.OPTIONS:
         out += ["", "## Option defaults", "", render_options(rule)]
+    from invariant_check.fixes import example_fix
+
+    fixed = example_fix(rule)
+    if fixed:
+        out += [
+            "",
+            "## The fix on an example",
+            "",
+            "The first flagged example below that gets a fix: the fix's message, then the diff "
+            "`invariant-check lint --diff --unsafe-fixes` prints for it (`tests/test_fixes.py` applies "
+            "the fix of every flagged example that has one and lints the result again):",
+            "",
+            fixed.rstrip("\n"),
+        ]
     captions = example_captions(rule)
     if rule.INVALID or rule.VALID:
         out += [
@@ -182,7 +201,7 @@ def render_page(rule: type) -> str:
         out += ["", f"### {title}"]
         names = captions.get(kind) or [""] * len(examples)
         for i, (example, caption) in enumerate(zip(examples, names), 1):
-            out += ["", render_example(kind, i, example, caption)]
+            out += ["", render_example(kind, i, example, caption, getattr(rule, "EXAMPLE_REPORTED_IN", None))]
     return "\n".join(out) + "\n"
 
 

@@ -239,9 +239,12 @@ def test_json_contract(tree):
     assert doc["version"] == 1
     assert flagged(doc) == EXPECTED_FLAGGED
     for f in doc["findings"]:
-        # `data`: machine-readable details, only when the rule has some
-        assert set(f) - {"data"} == {"path", "line", "column", "end_line", "end_column", "rule", "name", "message", "hint"}
+        # `data`: machine-readable details, only when the rule has some; `fix`: only where the
+        # rule knows the repair
+        assert set(f) - {"data", "fix"} == {"path", "line", "column", "end_line", "end_column", "rule", "name", "message", "hint"}
         assert isinstance(f.get("data", {}), dict)
+        if "fix" in f:
+            assert f["fix"]["applicability"] in ("safe", "unsafe") and f["fix"]["message"] and f["fix"]["edits"]
         assert f["rule"] == RULE and f["name"] == all_rules()[RULE].NAME
         assert f["line"] >= 1 and f["column"] >= 1
         assert (f["end_line"], f["end_column"]) >= (f["line"], f["column"])

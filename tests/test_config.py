@@ -220,3 +220,61 @@ def test_exclude_replaces_the_defaults_extend_exclude_keeps_them(tmp_path):
     assert flagged() == set()
     write(tmp_path / "pyproject.toml", '[tool.invariant-check]\nexclude = ["gen"]\n')
     assert flagged() == {"build/bad.py"}
+
+
+# -- what a configuration accepts but probably did not mean: warnings and suggestions ----------
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ('extend_select = ["IC900"]', "unknown key(s) extend_select (did you mean extend-select?)"),
+        ('selct = ["IC003"]', "unknown key(s) selct (did you mean select?)"),
+        ('select = ["IC02"]', "unknown rule code(s) IC02 (did you mean IC002?)"),
+        ('ignore = ["stale-derived"]', "unknown rule code(s) stale-derived (did you mean stale-derived-metadata?)"),
+        ("[tool.invariant-check.options.IC002]\nhelper_depth = 2", "unknown option(s) helper_depth (did you mean helper-depth?)"),
+        ("[tool.invariant-check.options.IC02]\nhelper-depth = 2", "options.IC02: unknown rule code or name (did you mean IC002?)"),
+    ],
+)
+def test_a_typo_gets_the_nearest_key_option_or_rule(tmp_path, table, message):
+    head = "" if table.startswith("[") else "[tool.invariant-check]\n"
+    write(tmp_path / "pyproject.toml", head + table + "\n")
+    write(tmp_path / "m.py", "x = 1\n")
+    run = run_cli("lint", "--no-cache", ".", cwd=tmp_path)
+    assert run.code == 2 and run.out == ""
+    (line,) = run.err.strip().splitlines()
+    assert message in line, line
+
+
+def test_one_rules_options_under_its_code_and_its_name_warn_and_merge(tmp_path):
+    write(tmp_path / "pyproject.toml",
+          "[tool.invariant-check.options.IC001]\nmetadata-names = ['md']\n"
+          "[tool.invariant-check.options.last-entry-validation]\nmetadata-names = ['plan']\n")
+    cfg = load_config(tmp_path / "pyproject.toml")
+    assert cfg.options["IC001"]["metadata-names"] == ["plan"]  # file order: the later wins
+    (warning,) = cfg.warnings
+    assert "options.IC001 and options.last-entry-validation both configure IC001" in warning
+    assert "options.last-entry-validation wins for metadata-names" in warning
+    write(tmp_path / "m.py", "x = 1\n")
+    run = run_cli("lint", "--no-cache", ".", cwd=tmp_path)
+    assert run.code == 0 and f"invariant-check: warning: {warning}" in run.err
+    assert "warning" not in run_cli("lint", "-q", "--no-cache", ".", cwd=tmp_path).err  # -q: findings only
+
+
+def test_per_file_ignores_glob_matching_no_file_warns_on_a_whole_tree_run(tmp_path):
+    write(tmp_path / "pyproject.toml",
+          '[tool.invariant-check.per-file-ignores]\n"tests/*" = ["IC003"]\n"**/tests/*" = ["IC003"]\n'
+          '"legacy_*.py" = ["IC003"]\n')
+    write(tmp_path / "pkg" / "tests" / "t.py", "x = 1\n")
+    write(tmp_path / "pkg" / "a.py", "x = 1\n")
+    whole = run_cli("lint", "--no-cache", ".", cwd=tmp_path)
+    assert whole.code == 0
+    warned = [l for l in whole.err.splitlines() if "matches no linted file" in l]
+    # `tests/*` is anchored at the configuration's folder: only `pkg/tests` exists
+    assert len(warned) == 2 and "per-file-ignores.'tests/*'" in warned[0] and "'legacy_*.py'" in warned[1]
+    assert str(tmp_path) in warned[0]
+    # a run on some files (a pre-commit batch) cannot tell: no warning
+    part = run_cli("lint", "--no-cache", "pkg/a.py", cwd=tmp_path)
+    assert part.code == 0 and "matches no" not in part.err
+    sub = run_cli("lint", "--no-cache", "pkg", cwd=tmp_path)
+    assert "matches no" not in sub.err

@@ -98,4 +98,5 @@ def test_each_file_alone_and_in_its_folder(tmp_path):
         ("out_add.py", 9, "IC004"),
     ], whole
     hint = next(h for name, _, rule, h in whole if rule == "IC004")
-    assert "batch_md.max_seq_len = min(batch_md.max_seq_len + 1, " in hint, hint
+    # the hint is the fix: the loop caps no lengths, so the maximum advances by the amount, 1
+    assert "+ batch_md.max_seq_len += 1" in hint, hint

@@ -188,8 +188,8 @@ def test_wheel_contents(wheel):
     requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
     core = [r for r in requires if "extra ==" not in r]
     assert any(r.startswith("click") for r in core), core
-    # The linter parses with the stdlib; libcst is only for the mutation tests.
-    assert not any(r.startswith("libcst") for r in core), core
+    # The linter parses with the stdlib; libcst verifies fixes (`lint --fix`), imported only then.
+    assert any(r.startswith("libcst") for r in core), core
     assert not any(r.split()[0].split(";")[0].startswith(HEAVY) for r in core), (
         f"the linter must install without torch/triton/vllm: {core}"
     )
@@ -311,14 +311,14 @@ def test_fresh_editable_install_maps_the_folders(tmp_path, copy_project):
     assert res.returncode == 1 and "IC003" in res.stdout, res.stdout + res.stderr
 
 
-# -- (e) the linter never imports torch, triton, vllm or libcst --------------------------------------
+# -- (e) the linter never imports torch, triton or vllm; libcst only with --fix or --diff -----------
 
 # Records every import of a heavy package, in this process and in forked parse workers, then
 # runs the real CLI. Blocking instead of recording would turn a stray import into a lint error
 # that a rule's broad `except` might swallow.
 WRAPPER = textwrap.dedent("""
     import os, sys
-    # libcst too: the linter parses with the stdlib, and libcst is not among its dependencies.
+    # libcst too: the linter parses with the stdlib; lint without --fix never imports libcst.
     HEAVY = ("torch", "triton", "vllm", "libcst")
     LOG = os.environ["IC_IMPORT_LOG"]
 
@@ -356,7 +356,7 @@ WRAPPER = textwrap.dedent("""
     ],
     ids=["lint-parallel", "lint-parallel-scan", "lint-json", "lint-sarif", "lint-github", "lint-cached", "rules", "explain", "version"],
 )
-def test_cli_never_imports_torch_triton_or_vllm(args, expected_rc, tmp_path):
+def test_lint_without_fix_never_imports_libcst_torch_triton_or_vllm(args, expected_rc, tmp_path):
     # Eight files to parse: above the engine's threshold for starting worker processes.
     big = "{big_tree}" in args
     tree = _make_tree(tmp_path, n_findings=8, n_clean=_parallel_scan_min_files() if big else 1)
@@ -374,6 +374,20 @@ def test_cli_never_imports_torch_triton_or_vllm(args, expected_rc, tmp_path):
         assert "IC003" in res.stdout, res.stdout
     imported = log.read_text() if log.exists() else ""
     assert imported == "", f"`invariant-check {' '.join(args)}` imported heavy packages:\n{imported}"
+
+
+def test_fix_imports_libcst_and_still_not_torch_triton_or_vllm(tmp_path):
+    """`--fix` verifies its edits with libcst (a dependency now); the runtime stack stays out."""
+    tree = _make_tree(tmp_path, n_findings=2, n_clean=1)
+    log = tmp_path / "imports.log"
+    env = _clean_env()
+    env["IC_IMPORT_LOG"] = str(log)
+    res = _run([sys.executable, "-c", WRAPPER, "lint", "--no-cache", "--fix", "--unsafe-fixes", str(tree)],
+               cwd=tmp_path, env=env, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr  # both findings fixed
+    imported = {line.split(" ", 1)[1].split(".")[0] for line in log.read_text().splitlines() if " in sys.modules" not in line}
+    assert imported == {"libcst"}, log.read_text()
+    assert "def compact_topk_indices" in (tree / "predictor_0.py").read_text()
 
 
 COLLECT_OUTCOMES = """

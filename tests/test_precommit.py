@@ -292,3 +292,53 @@ def test_parallel_batches_find_what_a_whole_tree_run_finds(tmp_path, hook_repo, 
     assert set(FINDING_LINE.findall(out)) == expected, out[-5000:]
     assert sum(map(int, batches)) == int(re.search(r"\((\d+) files checked\)", whole.stdout).group(1))
     assert batched.returncode == 1, out[-3000:]
+
+
+@pytest.mark.slow
+def test_local_hook_with_a_baseline_reports_only_new_findings_and_its_own_files_entries(tmp_path):
+    """A tree with findings adopts the tool: the baseline is written once and named in
+    pyproject.toml; the hook (the documented `repo: local` one) then fails only on a new finding,
+    and on the unused entry of a file it was given, never on the entries of other files."""
+    config = _local_config("system")
+    target = tmp_path / "target"
+    target.mkdir()
+    _git(target, "init", "-q")
+    (target / ".pre-commit-config.yaml").write_text(config)
+    (target / "pyproject.toml").write_text('[tool.invariant-check]\nbaseline = "ic-baseline.json"\n')
+    (target / "predictor.py").write_text(BROKEN)
+    (target / "other.py").write_text(BROKEN.replace("Predictor", "Other"))
+    bindir = str(Path(sys.executable).parent)
+    env = _git_env()
+    env.update(PRE_COMMIT_HOME=str(tmp_path / "home"), NO_COLOR="1",
+               PATH=os.pathsep.join([bindir, os.environ.get("PATH", "")]))
+    for key in ("PRE_COMMIT", "SKIP", "INVARIANT_CHECK_CACHE_DIR"):
+        env.pop(key, None)
+    written = subprocess.run([str(Path(bindir) / "invariant-check"), "lint", "--write-baseline", "ic-baseline.json", "."],
+                             cwd=target, env=env, capture_output=True, text=True, timeout=300)
+    assert written.returncode == 0, written.stderr
+    _git(target, "add", "-A")
+
+    def hook(*files: str) -> tuple[int, str]:
+        res = subprocess.run([sys.executable, "-m", "pre_commit", "run", "--color", "never", "--verbose", "--files", *files],
+                             cwd=target, env=env, capture_output=True, text=True, timeout=900)
+        return res.returncode, res.stdout + res.stderr
+
+    code, out = hook("predictor.py", "other.py")
+    assert code == 0 and "Passed" in out and "2 more in the baseline" in out, out
+
+    # a new finding in predictor.py: reported alone
+    (target / "predictor.py").write_text(BROKEN + "\n\nclass Newer(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n")
+    _git(target, "add", "predictor.py")
+    code, out = hook("predictor.py")
+    assert code == 1 and "predictor.py:9:7: IC003" in out and "predictor.py:4:7" not in out, out
+    assert "IC902" not in out, out
+
+    # other.py fixed: its entry is unused, reported when the hook is given other.py only
+    (target / "predictor.py").write_text(BROKEN)
+    (target / "other.py").write_text("x = 1\n")
+    _git(target, "add", "-A")
+    code, out = hook("predictor.py")
+    assert code == 0 and "IC902" not in out, out
+    code, out = hook("other.py")
+    assert code == 1 and "ic-baseline.json:" in out and "IC902 Unused baseline entry: IC003 in `Other` of other.py" in out, out
+    assert _git(target, "ls-files", "--others", "--exclude-standard").strip() == "", out

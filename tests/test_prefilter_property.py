@@ -114,14 +114,21 @@ def one_entry(draw) -> str:
     coll = draw(st.sampled_from(["per_layer_attn_metadata", "metadata", "mds", "things"]))
     pick = draw(st.sampled_from([
         f"{coll}[names[-1]]", f"list({coll}.values())[-1]", f"next(iter({coll}.values()))",
-        f"next(reversed({coll}))", f"{coll}[0]",
+        f"next(reversed({coll}))", f"{coll}[0]", f"list({coll}.values())[0]", f"{coll}[names[0]]",
+        f"{coll}.popitem()[1]", f"{coll}.pop()",
     ]))
     use = draw(st.sampled_from([
         f"assert isinstance({pick}, {draw(TYPES)})",
         f"first = {pick}\n    assert isinstance(first, {draw(TYPES)})",
         f"assert {pick} is not None",
+        f"if isinstance(first := {pick}, {draw(TYPES)}):\n        return first",
+        f"*_, first = {coll}.values()\n    assert isinstance(first, {draw(TYPES)})",
+        f"_, first = {coll}.popitem()\n    assert isinstance(first, {draw(TYPES)})",
     ]))
-    return f"def g{draw(st.integers(0, 99))}(self, names, {coll}):\n    {use}\n"
+    # what follows the check decides whether the other entries are used after it
+    tail = draw(st.sampled_from(["", f"\n    return {coll}", "\n    return first.seq_lens", f"\n    for md in {coll}.values():\n        assert isinstance(md, int)"]))
+    built = draw(st.sampled_from(["", f"{coll} = [g.build() for g in names]\n    "]))
+    return f"def g{draw(st.integers(0, 99))}(self, names, {coll}):\n    {built}{use}{tail}\n"
 
 
 @st.composite
@@ -216,3 +223,69 @@ def test_generated_projects_same_findings_with_and_without_prefilter(files):
         for name, code in files.items():
             (root / name).write_text(textwrap.dedent(code).lstrip("\n") if name in SUPPORT else code)
         assert lint(root, prefilter=True) == lint(root, prefilter=False)
+
+
+# -- with modules outside the project (extra-paths and the bundled models) ------------------------
+
+OUTSIDE = {
+    "draft_helpers.py": """
+        import copy
+
+        def shallow(md):
+            return copy.copy(md)
+
+        def bump_bounds(md, n, cap):
+            md.max_seq_len = min(md.max_seq_len + n, cap)
+            md.seq_lens_cpu_upper_bound = None
+            md._seq_lens_cpu = None
+
+        def advance_inputs(buffers, n):
+            buffers.positions[:n] += 1
+    """,
+}
+DRAFT_HEADER = (
+    "import copy\nimport functools\n"
+    "from vllm.v1.attention.backends.utils import CommonAttentionMetadata\n"
+    "from draft_helpers import shallow, bump_bounds, advance_inputs\n\n"
+)
+
+
+@st.composite
+def draft_step(draw) -> str:
+    """An IC004/IC005-shaped function over vLLM's metadata class (a bundled model) and helpers
+    of an outside module."""
+    take = draw(st.sampled_from(["md = common_attn_metadata", "md = copy.copy(common_attn_metadata)",
+                                 "md = shallow(common_attn_metadata)", "md = common_attn_metadata.replace(max_query_len=1)"]))
+    advance = draw(st.sampled_from(["md.seq_lens += 1", "md.seq_lens[:n] += 1", "md.seq_lens = common_attn_metadata.seq_lens + 1",
+                                    "md.seq_lens.add_(1)", "positions = positions + 1", "advance_inputs(self.input_buffers, n)"]))
+    update = draw(st.sampled_from(["", "bump_bounds(md, 1, self.max_model_len)", "md.max_seq_len += 1",
+                                   "md = self.builder.build(md)"]))
+    use = draw(st.sampled_from(["self.run_model(n, md)", "run()", "self.builder.build_for_drafting(md, 1)"]))
+    order = draw(st.booleans())
+    body = [advance, update, use] if order else [advance, use, update]
+    lines = "\n        ".join(x for x in body if x)
+    return (
+        f"def step{draw(st.integers(0, 99))}(self, common_attn_metadata: CommonAttentionMetadata, n, positions):\n"
+        f"    {take}\n    run = functools.partial(self.run_model, n, md)\n"
+        f"    for _ in range(self.num_steps):\n        {lines}\n"
+    )
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(draft_step(), min_size=1, max_size=4))
+def test_outside_modules_same_findings_with_and_without_prefilter(parts):
+    from invariant_check.analysis.environment import Environment
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "plugin"
+        outside = Path(tmp) / "outside"
+        write(outside, OUTSIDE)
+        write(root, {"__init__.py": "", "drafts.py": DRAFT_HEADER + "\n\n".join(parts)})
+        env = Environment(extra=(outside,))
+        found = []
+        for prefilter in (True, False):
+            files = sorted(root.rglob("*.py"))
+            result = Engine(RULES, OPTIONS, prefilter=prefilter, jobs=1, root=root, cwd=root, environment=env).lint(files)
+            found.append(sorted((f.path, f.line, f.rule, f.message) for f in result.findings) + [e.message for e in result.errors])
+        assert found[0] == found[1]
+        assert not any(isinstance(x, str) for x in found[0]), found[0]

@@ -11,4 +11,7 @@
 - `summaries`: transitive facts of functions across modules (compacts, runs a forward, ...).
 - `flow`: control facts inside one function (call order on every path, conditions, loops).
 - `values`: value facts inside one function (what a loop binds, what a check validates).
+- `consumption`: whether the entries a one-entry check did not see are used after it.
+- `singletons`: collections known to hold one entry (spelled, guaranteed, or kept so by
+  every write of a `self` attribute).
 """

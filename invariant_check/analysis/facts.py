@@ -134,6 +134,7 @@ class ClassFacts:
     attrs: dict[str, str | None]  # class-body bindings: name -> ref of the value
     methods: list[str]
     fields: list[str]  # annotated class-body names (dataclass fields)
+    types: dict[str, str] = field(default_factory=dict)  # annotated name -> the class it declares
 
 
 @dataclass
@@ -234,10 +235,16 @@ def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
 def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> ClassFacts:
     attrs: dict[str, str | None] = {}
     fields: list[str] = []
+    types: dict[str, str] = {}
     names = set(methods)
     for st in node.body:
         if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
             names.add(st.name)
+        elif isinstance(st, (ast.If, ast.Try, ast.With)) or type(st).__name__ == "TryStar":
+            # `if HAS_KERNEL: def m(...)` / `else: def m(...)`: a member when every branch
+            # defines it; kept as an attribute (value None, as a method's)
+            for name in _defined_on_every_branch([st]):
+                attrs.setdefault(name, None)
         elif isinstance(st, ast.Assign):
             for t in st.targets:
                 for name in target_names(t):
@@ -246,6 +253,9 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
             fields.append(st.target.id)
             if st.value is not None:
                 attrs[st.target.id] = ref(st.value)
+            declared = annotation_ref(st.annotation)
+            if declared:
+                types[st.target.id] = declared
     return ClassFacts(
         qual=qual,
         line=node.lineno,
@@ -253,6 +263,7 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
         attrs=attrs,
         methods=sorted(names),
         fields=fields,
+        types=types,
     )
 
 
@@ -446,6 +457,11 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                             how = _self_attr(value)
                             if how is not None:
                                 facts.self_attrs.setdefault(t.attr, how)
+                    if self_name is not None and tref == self_name and isinstance(sub, ast.AnnAssign):
+                        # `self.x: Cls | None = None`: the declared class wins
+                        declared = annotation_ref(sub.annotation)
+                        if declared:
+                            facts.self_attrs[t.attr] = ["new", declared]
                 elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and isinstance(sub, ast.AugAssign):
                     # `x.seq_lens[:n] += 1`
                     holder = t.value
@@ -513,7 +529,8 @@ def gathered_buffer(node: ast.AST) -> str | None:
 
 
 def _self_attr(value: ast.AST | None) -> list | None:
-    """How `self.x = value` binds x: a new instance, a function, a partial of one."""
+    """How `self.x = value` binds x: a new instance, a function, a partial of one, a copy of
+    another object (`copy.copy(md)`, `md.replace(...)`: of its class)."""
     if isinstance(value, ast.Call):
         fn = ref(value.func)
         if fn is None:
@@ -521,6 +538,12 @@ def _self_attr(value: ast.AST | None) -> list | None:
         if last_name(value.func) == "partial" and value.args:
             inner = ref(value.args[0])
             return ["partial", inner] if inner else None
+        if fn in ("copy.copy", "copy.deepcopy", "copy", "deepcopy", "replace", "dataclasses.replace") and value.args:
+            src = ref(value.args[0])
+            return ["copy", src] if src else None
+        if last_name(value.func) == "replace" and isinstance(value.func, ast.Attribute) and fn != "dataclasses.replace":
+            src = ref(value.func.value)
+            return ["copy", src] if src else None
         return ["new", fn]
     r = ref(value)
     return ["ref", r] if r else None
@@ -538,6 +561,25 @@ def definitions(stmts: Iterable[ast.stmt], prefix: str = "", cls: str | None = N
             else:
                 yield qual, cls, node
                 yield from definitions(node.body, qual + ".<locals>.", None)
+
+
+def _defined_on_every_branch(body: list[ast.stmt]) -> set[str]:
+    """Names of the definitions that a block binds whichever branch of its `if`/`try`
+    statements runs (`if x: def f` / `else: def f`)."""
+    out: set[str] = set()
+    for st in body:
+        if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
+            out.add(st.name)
+        elif isinstance(st, ast.If):
+            out |= _defined_on_every_branch(st.body) & _defined_on_every_branch(st.orelse)
+        elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
+            ran = _defined_on_every_branch(st.body + st.orelse)
+            for handler in st.handlers:
+                ran &= _defined_on_every_branch(handler.body)
+            out |= ran | _defined_on_every_branch(st.finalbody)
+        elif isinstance(st, ast.With):
+            out |= _defined_on_every_branch(st.body)
+    return out
 
 
 def _defs_in(st: ast.stmt) -> Iterator[ast.AST]:

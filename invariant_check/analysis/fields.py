@@ -29,7 +29,7 @@ from typing import Callable, Iterator
 from .facts import CallFact, annotation_ref, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import Names, Need, PerText, Words
-from .objects import bound_value, carries, copy_of
+from .objects import bound_value, canonical, carries, copy_of
 from .project import ClassInfo, FunctionInfo, Module
 from .source import ascii_text
 from .summaries import Summaries
@@ -47,13 +47,16 @@ def variants(field: str) -> frozenset[str]:
 
 class Locals(dict):
     """`local_aliases`' answer: name -> dotted value; `values` holds every name bound exactly
-    once by a plain assignment, with its expression (`new = cad.seq_lens + 1`)."""
+    once by a plain assignment, with its expression (`new = cad.seq_lens + 1`); `copies`,
+    every such name bound to a copy of another object (`new = copy.copy(md)`: `md`)."""
 
     values: dict[str, ast.AST]
+    copies: dict[str, str]
 
 
-def local_aliases(node: ast.AST) -> Locals:
-    """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`."""
+def local_aliases(node: ast.AST, view=None) -> Locals:
+    """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`. With
+    the function's `view`, copies made by project helpers are resolved too."""
     seen: dict[str, set[str | None]] = {}
     exprs: dict[str, list[ast.AST | None]] = {}
     for sub in walk_local(node):
@@ -75,6 +78,11 @@ def local_aliases(node: ast.AST) -> Locals:
                         seen.setdefault(name, set()).add(None)
         elif isinstance(sub, ast.NamedExpr):
             seen.setdefault(sub.target.id, set()).add(ref(sub.value))
+    # a parameter rebound (`md = new_md` at the end of a step) held the caller's object before
+    args = getattr(node, "args", None)
+    params = {a.arg for a in (args.posonlyargs + args.args + args.kwonlyargs)} if args is not None else set()
+    for name in params & set(seen):
+        seen[name].add(None)
     out = Locals()
     for name, values in seen.items():
         if len(values) == 1:
@@ -86,20 +94,25 @@ def local_aliases(node: ast.AST) -> Locals:
         for name, found in exprs.items()
         if len(found) == 1 and found[0] is not None and len(seen.get(name, ())) == 1
     }
+    out.copies = {}
+    resolve = (lambda call: resolve_call(view, call)[1]) if view is not None else None
+    summaries = view.ctx.summaries() if view is not None else None
+    for name, value in out.values.items():
+        made = copy_of(value, out, resolve, summaries)
+        if made is not None and made.source != name:
+            out.copies[name] = made.source
     return out
 
 
-def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
-    """`cad.seq_lens` -> `common_attn_metadata.seq_lens` through local aliases."""
-    if spelled is None:
-        return None
-    for _ in range(8):
-        head, dot, rest = spelled.partition(".")
-        target = aliases.get(head)
-        if target is None:
-            break
-        spelled = target + dot + rest
-    return spelled
+def copied_from(name: str, aliases: dict[str, str]) -> str:
+    """The object a local copy was made from, through copies of copies (`name` itself when it
+    is no copy)."""
+    copies = getattr(aliases, "copies", None) or {}
+    seen = {name}
+    while name in copies and copies[name] not in seen:
+        name = copies[name]
+        seen.add(name)
+    return name
 
 
 # -- direction of a write -----------------------------------------------------------------------
@@ -128,10 +141,18 @@ def added(op: ast.operator, amount: ast.AST) -> int | None:
 
 
 def _same(node: ast.AST, old: str, aliases: dict[str, str]) -> bool:
-    """`node` is `old` itself or a slice of it (`x.a[:n]`)."""
+    """`node` is `old` itself or a slice of it (`x.a[:n]`), also read from the object a copy
+    was made from (`new = copy.copy(md)`: `md.a` is `new.a` until one of them is written)."""
     if isinstance(node, ast.Subscript):
         node = node.value
-    return canonical(ref(node), aliases) == old
+    spelled = canonical(ref(node), aliases)
+    if spelled == old:
+        return True
+    copies = getattr(aliases, "copies", None)
+    if copies and spelled is not None:
+        head, _, fld = old.rpartition(".")
+        return copies.get(head) is not None and spelled == f"{copies[head]}.{fld}"
+    return False
 
 
 def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int | None:
@@ -157,6 +178,19 @@ def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int |
         if sign is not None:
             found.add(sign)
     return found.pop() if len(found) == 1 else None
+
+
+def local_increment(call: ast.Call) -> str | None:
+    """The local a call increments in place: `positions.add_(1)`,
+    `torch.add(positions, 1, out=positions)`; None otherwise."""
+    func = call.func
+    if isinstance(func, ast.Attribute) and func.attr == "add_" and isinstance(func.value, ast.Name) and call.args:
+        return func.value.id if added(ast.Add(), call.args[0]) == 1 else None
+    if last_name(func) == "add" and len(call.args) >= 2:
+        out = next((k.value for k in call.keywords if k.arg == "out"), None)
+        if isinstance(out, ast.Name) and isinstance(call.args[0], ast.Name) and call.args[0].id == out.id:
+            return out.id if added(ast.Add(), call.args[1]) == 1 else None
+    return None
 
 
 # -- the flow with stores -------------------------------------------------------------------------
@@ -249,10 +283,12 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
     out: list[FieldWrite] = []
     func = call.func
     name = last_name(func)
-    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute):
+    sliced = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Subscript) and isinstance(func.value.value, ast.Attribute)
+    if isinstance(func, ast.Attribute) and (isinstance(func.value, ast.Attribute) or sliced):
         method = func.attr
         if method.endswith("_") and not method.startswith("_") and method not in _NOT_WRITES:
-            holder = func.value
+            # `x.a.add_(k)`, and on a slice of it: `x.a[:n].copy_(v)`
+            holder = func.value.value if sliced else func.value
             obj = canonical(ref(holder.value), aliases)
             if obj is not None:
                 sign = None
@@ -261,7 +297,7 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
                     sign = None if _zero(call.args[0]) else (-base if _negative(call.args[0]) else base)
                 elif method == "copy_" and call.args:
                     sign = direction(call.args[0], f"{obj}.{holder.attr}", aliases)
-                out.append(FieldWrite(obj, holder.attr, "set", sign, call))
+                out.append(FieldWrite(obj, holder.attr, "set", sign, call, sliced))
     if not call.keywords:
         return out
     # `torch.clamp(x.a + 1, max=m, out=x.a)`, `torch.add(x.a, k, out=x.a[:n])`: in place
@@ -310,7 +346,10 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
 
 
 def _origin(value: ast.AST, field: str, aliases: dict[str, str]) -> str | None:
-    """The object whose own `field` (or its backing store) a keyword's value reads."""
+    """The object whose own `field` (or its backing store) a keyword's value reads, also
+    through a local bound once (`new_lens = old.seq_lens + 1`, then `seq_lens=new_lens`)."""
+    if isinstance(value, ast.Name) and isinstance(aliases, Locals):
+        value = aliases.values.get(value.id, value)
     for node in ast.walk(value):
         if isinstance(node, ast.Attribute) and node.attr in variants(field) | {field}:
             obj = canonical(ref(node.value), aliases)
@@ -610,6 +649,33 @@ def _callers_by_target(project, summaries: Summaries, name: str) -> dict[tuple, 
     return out
 
 
+def inherited_callers(fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
+    """Where the bases of `fn`'s class call, on `self`, the method `fn` overrides: at run time
+    those calls run `fn` (vLLM's `propose()` calling `self._update_...(...)` that a plugin
+    overrides). Bases outside the project count (read from the environment or the models)."""
+    owner = fn.owner()
+    if owner is None:
+        return []
+    target = f"self.{fn.short}"
+    out: list[CallSite] = []
+    for base in owner.classes()[1:]:
+        module = base.module
+        for chunk in module.class_chunks(base.qual):
+            for facts in module.chunk_facts(chunk).functions.values():
+                if facts.cls != base.qual or not any(c.ref == target for c in facts.calls):
+                    continue
+                caller = FunctionInfo(module, facts)
+                node = caller.node()
+                if node is None:
+                    continue
+                for sub in walk_local(node):
+                    if isinstance(sub, ast.Call) and ref(sub.func) == target:
+                        out.append(CallSite(caller, node, sub))
+                if len(out) >= limit:
+                    return out
+    return out
+
+
 # -- steps: the iteration or function a path question is asked in --------------------------------
 
 
@@ -737,6 +803,8 @@ def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases
         # values (an alias, a copy that does not set the field anew)
         if node.kind == "store" and isinstance(flow.targets.get(n), ast.Subscript):
             return True  # an entry stored into it
+        if isinstance(node.node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            return False  # a loop variable holds an entry of what it iterates: old values
         value = bound_value(node.node, obj) if node.kind == "bind" else getattr(node.node, "value", None)
         if isinstance(node.node, ast.AugAssign):
             return True
@@ -796,7 +864,11 @@ def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
     `obj.f`, `hasattr(obj, "f")`) hold."""
 
     def is_field(expr: ast.AST) -> bool:
-        return isinstance(expr, ast.Attribute) and expr.attr in names and canonical(ref(expr.value), aliases) == obj
+        # also tested on the object a copy was made from (same value until one is written)
+        return isinstance(expr, ast.Attribute) and expr.attr in names and (
+            canonical(ref(expr.value), aliases) == obj
+            or copied_from(canonical(ref(expr.value), aliases) or "", aliases) == copied_from(obj, aliases)
+        )
 
     def assume(atom) -> bool | None:
         try:

@@ -8,13 +8,20 @@ branch whose condition contradicts what is known where the search started (a swi
 
 Conditions are *atoms*: the source of a test (`self.share`, `step == 1`), with `and`/`or`/`not`
 split where that is exact. An atom is *stable* in a function when nothing it reads is
-assigned there; only stable atoms are known across the path.
+assigned there; only stable atoms are known across the path. `known_at(idx, fixed=True)` also
+knows atoms over *fixed locals*: names bound once, outside any loop, and read as plain values
+(`share = self.index_share and ...` then `if share:` twice).
+
+`Flow.empty(atom)` says whether taking a branch asserts that there is nothing to act on: a
+size that is zero (`x.numel() == 0`, `len(x) == 0`, `x.shape[0] == 0`, `not len(x)`, `not n`
+where `n` holds a size, `num_rows == 0`).
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable, Iterable, Iterator
 
 from .facts import FUNCS, pattern_names, ref, target_names
@@ -78,6 +85,20 @@ class Flow:
         ends = self._block(body, {ENTRY})
         self._link(ends, EXIT)
         self.assigned: set[str] = _assigned_names(func)
+
+    @cached_property
+    def _locals(self) -> tuple[set[str], set[str]]:
+        return _fixed_locals(self.func)
+
+    @property
+    def fixed(self) -> set[str]:
+        """Names bound once, by a plain assignment outside any loop (not parameters)."""
+        return self._locals[0]
+
+    @property
+    def sizes(self) -> set[str]:
+        """Locals every binding of which is a size (`n = rows.numel()`)."""
+        return self._locals[1]
 
     # -- building ------------------------------------------------------------------------
     def _new(self, kind: str, node: ast.AST | None = None, name: str | None = None, atoms=()) -> int:
@@ -318,9 +339,44 @@ class Flow:
                     return False
         return True
 
-    def known_at(self, idx: int) -> dict[str, bool]:
-        """The stable atoms that hold at node `idx` (from the branches around it)."""
-        return {a: p for a, p in self.nodes[idx].conds if a and self.stable((a, p))}
+    def known_at(self, idx: int, fixed: bool = False) -> dict[str, bool]:
+        """The stable atoms that hold at node `idx` (from the branches around it); with
+        `fixed`, also those that read fixed locals as plain values."""
+        return {a: p for a, p in self.nodes[idx].conds if a and (self.stable((a, p)) or fixed and self.stable_fixed(a))}
+
+    def stable_fixed(self, source: str) -> bool:
+        """Whether an atom means the same wherever the names it reads are bound: every name
+        it assigns is a fixed local read as a plain value (not `x.attr`, `x[i]`, `x()`, which
+        may change while `x` does not)."""
+        try:
+            expr = ast.parse(source, mode="eval").body
+        except SyntaxError:
+            return False
+        inner = set()
+        for node in ast.walk(expr):
+            if isinstance(node, (ast.Attribute, ast.Subscript)):
+                inner.add(id(node.value))
+            elif isinstance(node, ast.Call):
+                inner.add(id(node.func))
+                if isinstance(node.func, ast.Attribute):
+                    inner.add(id(node.func.value))
+        for node in ast.walk(expr):
+            if isinstance(node, ast.Name) and node.id in self.assigned:
+                if node.id not in self.fixed or id(node) in inner:
+                    return False
+            elif isinstance(node, ast.Attribute):
+                r = ref(node)
+                if r is not None and r in self.assigned:
+                    return False
+        return True
+
+    def empty(self, atom: Atom) -> bool:
+        """Whether taking a branch with this atom asserts a size of zero (nothing to act on)."""
+        try:
+            expr = ast.parse(atom[0], mode="eval").body
+        except SyntaxError:
+            return False
+        return asserts_empty(expr, atom[1], self.sizes)
 
     def search(
         self,
@@ -362,6 +418,30 @@ class Flow:
                 if nxt not in seen:
                     stack.append((nxt, path + [nxt]))
         return out
+
+    def iteration(self, loop: Loop, stop: Callable[[Node], str | None]) -> set[str]:
+        """The verdicts of the paths through one iteration of `loop`, from its head back to
+        it or out of it: what `stop` says where it ends a path, 'out' where a path gets back
+        to the head or leaves the loop without a verdict, 'end' where it leaves the function."""
+        head = loop.head
+
+        def bounded(node: Node) -> str | None:
+            if node.index == head or node.index not in loop.members:
+                return "out"
+            return stop(node)
+
+        out: set[str] = set()
+        for verdict, paths in self.search(head, True, bounded).items():
+            if any(len(p) > 1 or p[0] in loop.members for p in paths):
+                out.add(verdict)  # not straight out of the head (no iteration)
+        return out
+
+    def loop_at(self, idx: int) -> Loop | None:
+        """The loop whose head is node `idx`."""
+        for loop in self.loops:
+            if loop.head == idx:
+                return loop
+        return None
 
     def loops_of(self, idx: int) -> list[Loop]:
         return [self.loops[i] for i in self.nodes[idx].loops]
@@ -407,3 +487,146 @@ def _assigned_names(func: ast.AST) -> set[str]:
                     if r:
                         out.add(r)
     return out
+
+
+# -- sizes and fixed locals ------------------------------------------------------------------
+
+
+_COUNT_PREFIXES = ("num_", "n_")
+_COUNT_SUFFIXES = ("_size", "_count", "_len", "_numel")
+
+
+def is_size(expr: ast.AST, sizes: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether `expr` is the size of something: `len(x)`, `x.numel()`, `x.nelement()`,
+    `x.shape[k]`, `x.size(k)`, `x.size()[k]`, a local bound only to sizes (`sizes`), or a
+    name that says it counts (`num_reqs`, `n_rows`, `batch_size`, `row_count`)."""
+    if isinstance(expr, ast.Call):
+        f = expr.func
+        if isinstance(f, ast.Name) and f.id == "len" and len(expr.args) == 1:
+            return True
+        if isinstance(f, ast.Attribute) and f.attr in ("numel", "nelement") and not expr.args:
+            return True
+        return isinstance(f, ast.Attribute) and f.attr == "size" and len(expr.args) == 1
+    if isinstance(expr, ast.Subscript):
+        v = expr.value
+        if isinstance(v, ast.Attribute) and v.attr == "shape":
+            return True
+        return isinstance(v, ast.Call) and isinstance(v.func, ast.Attribute) and v.func.attr == "size" and not v.args
+    name = expr.id if isinstance(expr, ast.Name) else expr.attr if isinstance(expr, ast.Attribute) else None
+    if name is None:
+        return False
+    if isinstance(expr, ast.Name) and name in sizes:
+        return True
+    bare = name.lstrip("_")
+    return bare.startswith(_COUNT_PREFIXES) or bare.endswith(_COUNT_SUFFIXES)
+
+
+def asserts_empty(expr: ast.AST, polarity: bool, sizes: frozenset[str] | set[str] = frozenset()) -> bool:
+    """Whether `expr` having truth value `polarity` means a size is zero: `size == 0`,
+    `size < 1`, `size <= 0` true; `size != 0`, `size > 0`, `size >= 1` or `size` itself false."""
+    if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+        return asserts_empty(expr.operand, not polarity, sizes)
+    if isinstance(expr, ast.BoolOp):
+        parts = [asserts_empty(v, polarity, sizes) for v in expr.values]
+        # `a and b` true / `a or b` false: each holds, one empty is enough; else each must be
+        conjunction = isinstance(expr.op, ast.And) == polarity
+        return any(parts) if conjunction else all(parts)
+    if isinstance(expr, ast.Compare) and len(expr.ops) == 1:
+        left, op, right = expr.left, expr.ops[0], expr.comparators[0]
+        flip = {ast.Lt: ast.Gt, ast.Gt: ast.Lt, ast.LtE: ast.GtE, ast.GtE: ast.LtE}
+        if _int_const(left) is not None and _int_const(right) is None:
+            left, right = right, left
+            op = flip.get(type(op), type(op))()
+        k = _int_const(right)
+        if k is None or not is_size(left, sizes):
+            return False
+        means_empty = (
+            isinstance(op, ast.Eq) and k == 0 or isinstance(op, ast.Lt) and k == 1 or isinstance(op, ast.LtE) and k == 0
+        )
+        means_some = (
+            isinstance(op, ast.NotEq) and k == 0 or isinstance(op, ast.Gt) and k == 0 or isinstance(op, ast.GtE) and k == 1
+        )
+        return means_empty and polarity or means_some and not polarity
+    return not polarity and is_size(expr, sizes)
+
+
+def _int_const(node: ast.AST) -> int | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, int) and not isinstance(node.value, bool):
+        return node.value
+    return None
+
+
+def _fixed_locals(func: ast.AST) -> tuple[set[str], set[str]]:
+    """(fixed, sizes): the names bound exactly once in the function's own scope, by a plain
+    assignment outside any loop, and not parameters; and the locals every binding of which is
+    a size (`n = idx.numel()`, `m = n`)."""
+    from .facts import walk_local
+
+    counts: dict[str, int] = {}
+    values: dict[str, list[ast.AST | None]] = {}
+    in_loop: set[str] = set()
+    params: set[str] = set()
+    if isinstance(func, FUNCS):
+        a = func.args
+        params = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs}
+        params |= {x.arg for x in (a.vararg, a.kwarg) if x is not None}
+
+    def note(name: str, value: ast.AST | None, looped: bool) -> None:
+        counts[name] = counts.get(name, 0) + 1
+        values.setdefault(name, []).append(value)
+        if looped:
+            in_loop.add(name)
+
+    loops: list[ast.AST] = [n for n in walk_local(func) if isinstance(n, (ast.For, ast.AsyncFor, ast.While))]
+    looped_ids = {id(sub) for loop in loops for stmt in loop.body + loop.orelse for sub in ast.walk(stmt)}
+    for node in walk_local(func):
+        looped = id(node) in looped_ids
+        if isinstance(node, ast.Assign):
+            for t in node.targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                        note(sub.id, node.value if t is sub else None, looped)
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            for sub in ast.walk(node.target):
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                    note(sub.id, node.value if isinstance(node, ast.AnnAssign) and node.target is sub else None, looped)
+                    if isinstance(node, ast.AugAssign):
+                        counts[sub.id] += 1
+        elif isinstance(node, ast.NamedExpr):
+            note(node.target.id, node.value, looped)
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension, ast.With, ast.AsyncWith, ast.Delete,
+                               ast.Import, ast.ImportFrom, ast.ExceptHandler, ast.Global, ast.Nonlocal)):
+            targets: list[ast.AST] = []
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                targets = [node.target]
+            elif isinstance(node, (ast.With, ast.AsyncWith)):
+                targets = [i.optional_vars for i in node.items if i.optional_vars is not None]
+            elif isinstance(node, ast.Delete):
+                targets = node.targets
+            for t in targets:
+                for sub in ast.walk(t):
+                    if isinstance(sub, ast.Name):
+                        note(sub.id, None, True)
+                        counts[sub.id] += 1
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for alias in node.names:
+                    note((alias.asname or alias.name).split(".")[0], None, looped)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                note(node.name, None, True)
+                counts[node.name] += 1
+            elif isinstance(node, (ast.Global, ast.Nonlocal)):
+                for name in node.names:
+                    note(name, None, True)
+                    counts[name] += 1
+    fixed = {n for n, c in counts.items() if c == 1 and n not in in_loop and n not in params and values[n][0] is not None}
+    sizes: set[str] = set()
+    changed = True
+    while changed:
+        changed = False
+        for name, vals in values.items():
+            if name in sizes or name in params or not vals:
+                continue
+            if all(v is not None and is_size(v, sizes) for v in vals):
+                sizes.add(name)
+                changed = True
+    return fixed, sizes

@@ -44,7 +44,8 @@ class Copy:
     how: str  # 'copy', 'replace', 'helper'
 
 
-def _canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
+def canonical(spelled: str | None, aliases: dict[str, str]) -> str | None:
+    """`cad.seq_lens` -> `common_attn_metadata.seq_lens` through local aliases."""
     if spelled is None:
         return None
     for _ in range(8):
@@ -73,16 +74,16 @@ def copy_of(
     if last_name(func) == _REPLACE:
         src = None
         if isinstance(func, ast.Attribute) and ref(func.value) not in ("dataclasses", None):
-            src = _canonical(ref(func.value), aliases)
+            src = canonical(ref(func.value), aliases)
         elif expr.args:
-            src = _canonical(ref(expr.args[0]), aliases)
+            src = canonical(ref(expr.args[0]), aliases)
         if src:
             return Copy(src, frozenset(k.arg for k in expr.keywords if k.arg), "replace")
         return None
     fn = resolve(expr) if resolve is not None else None
     if fn is None:
         if spelled in _COPY_CALLS and len(expr.args) >= 1:
-            src = _canonical(ref(expr.args[0]), aliases)
+            src = canonical(ref(expr.args[0]), aliases)
             return Copy(src, frozenset(), "copy") if src else None
         return None
     if summaries is None or depth <= 0:
@@ -92,7 +93,7 @@ def copy_of(
         return None
     index, given = got
     arg = _argument(expr, fn, index)
-    src = _canonical(ref(arg), aliases) if arg is not None else None
+    src = canonical(ref(arg), aliases) if arg is not None else None
     return Copy(src, given, "helper") if src else None
 
 
@@ -216,11 +217,16 @@ def carries(
     summaries: Summaries | None = None,
 ) -> bool:
     """Whether binding a name to `value` keeps the old values of `fields`: `value` names
-    another object (an alias) or copies one without giving those fields anew."""
+    another object (an alias, an entry of a container) or copies one without giving those
+    fields anew."""
     if value is None:
         return False
     if ref(value) is not None and not isinstance(value, ast.Call):
         return True
+    if _entries(value):
+        return True  # an entry of a container: an object that already existed
+    if isinstance(value, ast.IfExp):
+        return carries(value.body, fields, aliases, resolve, summaries) and carries(value.orelse, fields, aliases, resolve, summaries)
     got = copy_of(value, aliases, resolve, summaries)
     return got is not None and not (got.given & fields)
 
@@ -228,12 +234,13 @@ def carries(
 # -- aliases -------------------------------------------------------------------------------------------
 
 
-def aliases_of(node: ast.AST, name: str) -> set[str]:
+def aliases_of(node: ast.AST, name: str, skip: ast.AST | None = None) -> set[str]:
     """Names and containers bound to the same object as `name` in a function, in either
     direction: `y = name`, `name = y`, a dict or list whose entries are `name`
     (`{k: name for k in ...}`, `d[k] = name`, `[name] * n`), a name bound to an entry of such a
     container (`y = d[k]`, `y = d.get(k)`, `for y in d.values()`). A container stands for its
-    entries: an update through `d[k].f = ...` updates `name`."""
+    entries: an update through `d[k].f = ...` updates `name`. `skip`: a statement whose own
+    binding is left out (is a name bound by it to what it held before?)."""
     links: dict[str, set[str]] = {}
 
     def link(a: str, b: str) -> None:
@@ -242,6 +249,8 @@ def aliases_of(node: ast.AST, name: str) -> set[str]:
             links.setdefault(b, set()).add(a)
 
     for sub in walk_local(node):
+        if sub is skip:
+            continue
         if isinstance(sub, ast.Assign):
             for t in sub.targets:
                 if isinstance(t, ast.Name):
@@ -313,3 +322,49 @@ def _entries(value: ast.AST) -> list[str]:
         if name in ("next", "iter", "list", "tuple") and value.args:
             return _entries(value.args[0])
     return []
+
+
+# -- functools.partial -------------------------------------------------------------------------------
+
+
+def partials(node: ast.AST) -> dict[str, ast.Call]:
+    """Local names bound once to `functools.partial(f, *args, **kw)` (or `partial(...)`)."""
+    out: dict[str, ast.Call] = {}
+    for name, value in _single_bindings(node).items():
+        if isinstance(value, ast.Call) and last_name(value.func) == "partial" and value.args:
+            out[name] = value
+    return out
+
+
+def through_partial(call: ast.Call, bound: dict[str, ast.Call]) -> ast.Call:
+    """The call a call of a partial makes: `run()` with `run = partial(self.model, n, md)` is
+    `self.model(n, md)`; the original call when it calls no partial."""
+    if not (isinstance(call.func, ast.Name) and call.func.id in bound):
+        return call
+    p = bound[call.func.id]
+    made = ast.Call(func=p.args[0], args=list(p.args[1:]) + list(call.args), keywords=list(p.keywords) + list(call.keywords))
+    return ast.copy_location(made, call)
+
+
+# -- containers ----------------------------------------------------------------------------------------
+
+
+def container_copy_of(value: ast.AST) -> set[str]:
+    """The containers a new container takes its entries from: `dict(d)`, `d.copy()`,
+    `{**d, **extra}`, `list(d)`, `[*d]`, `copy.copy(d)` (empty when `value` is none of those)."""
+    out: set[str] = set()
+    if isinstance(value, ast.Dict):
+        for key, entry in zip(value.keys, value.values):
+            if key is None and ref(entry):
+                out.add(ref(entry))  # `**d`
+    elif isinstance(value, (ast.List, ast.Tuple, ast.Set)):
+        out |= {ref(e.value) for e in value.elts if isinstance(e, ast.Starred) and ref(e.value)}
+    elif isinstance(value, ast.Call):
+        name = last_name(value.func)
+        if name in ("dict", "list", "tuple", "OrderedDict") and value.args and ref(value.args[0]):
+            out.add(ref(value.args[0]))
+        elif name == "copy" and isinstance(value.func, ast.Attribute) and not value.args and ref(value.func.value) not in ("copy", None):
+            out.add(ref(value.func.value))  # `d.copy()`
+        elif ref(value.func) in _COPY_CALLS and value.args and ref(value.args[0]):
+            out.add(ref(value.args[0]))
+    return out

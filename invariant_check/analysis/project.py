@@ -601,6 +601,11 @@ class ClassInfo:
         pattern = re.compile(r"\bself\s*\.\s*" + re.escape(attr) + r"\s*(?::[^=\n]*)?=(?!=)")
         result = UNKNOWN
         for info in self.classes():
+            declared = info.facts.types.get(attr)  # a class-body annotation (`md: Cls`)
+            if declared:
+                sym = self.project.resolve(info.module, declared, scope=None)
+                if sym.kind == "class":
+                    return Symbol("instance", sym.name, sym.module, sym.qual, sym.via)
             for chunk in info.module.class_chunks(info.qual):
                 text = info.module.source.text
                 if not pattern.search(text, chunk.start, chunk.end):
@@ -616,7 +621,7 @@ class ClassInfo:
                         result = Symbol("instance", sym.name, sym.module, sym.qual, sym.via)
                     elif kind in ("ref", "partial") and sym.kind == "function":
                         result = sym
-                    elif kind == "ref" and sym.kind == "instance":
+                    elif kind in ("ref", "copy") and sym.kind == "instance":
                         result = sym
                     if result.is_known:
                         break

@@ -3,12 +3,16 @@
 After `for g in groups: md = g.build()`, `md` holds the *last* group's value: `LastValues`
 walks a function's statements in order and knows, at every check, whether the checked value
 is such a loop leftover (`Produced`) or one entry picked out of a collection (`OneEntry`:
-`next(iter(d.values()))`, `d[names[-1]]`, also one assignment away: `first = ...; check(first)`).
+`next(iter(d.values()))`, `d[names[-1]]`, `list(d.values())[0]`, `d.popitem()`,
+`*_, last = d.values()`, also one assignment or a walrus away: `first = ...; check(first)`).
+`xs[0]` is a first entry only of a collection the function filled with entries itself (a
+comprehension, `list(d.values())`, stores in a loop); of anything else it is a tuple's field.
+Whether the other entries matter after the check is `consumption`'s question.
 
 What a loop leaves behind: names bound in its body or target (assignment, unpacking, `with ...
 as`, walrus, nested loops, `except ... as`), also `self.x` attributes. Not a leftover: a loop
-that `break`s (a search), a loop over one element (`[x]`, `range(1)`, `xs[:1]`, or after
-`assert len(xs) == 1` / `if len(xs) != 1: raise`), a name whose new value reads its old one
+that `break`s (a search), a loop over one element (`singletons`: `[x]`, `range(1)`, `xs[:1]`,
+or after `assert len(xs) == 1` / `if len(xs) != 1: raise`), a name whose new value reads its old one
 (an accumulator: `md = merge(md, g.build())`), a name bound again before the check, a loop in
 one branch only.
 
@@ -26,22 +30,32 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from .facts import FUNCS, pattern_names, ref
+from .needs import Around, Names, Pattern
+from .singletons import collection as _collection
+from .singletons import guarantee_of, one_element, source
+
+
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
 @dataclass(frozen=True)
 class Produced:
     """A value whose current binding is the last one a loop produced."""
 
-    loop: ast.AST  # For / AsyncFor / While
+    loop: ast.AST  # For / AsyncFor / While, a comprehension whose walrus bound it, or the
+    # call of a function that returns what its own loop left
 
 
 @dataclass(frozen=True)
 class OneEntry:
-    """One entry of a collection, picked on purpose: ('last'|'first', collection source)."""
+    """One entry of a collection, picked on purpose: ('last'|'first', collection source).
+    `positional`: `xs[0]` of a plain name, which may as well be a tuple's first field: an
+    entry only when the name says it holds entries."""
 
     which: str
     collection: str
     collection_node: ast.AST
+    positional: bool = False
 
 
 @dataclass
@@ -67,6 +81,8 @@ class Finding:
 # names let a rule skip values it does not care about before asking the project
 # (the call, the argument's position or keyword, the names the argument stands for)
 Validator = Callable[[ast.Call, "int | str", tuple[str, ...]], bool]
+# a call -> the positions of its result (None: the whole value) that the callee's loop left
+Returned = Callable[[ast.Call], frozenset]
 
 
 @dataclass
@@ -79,21 +95,20 @@ class _Acc:
     fresh: set[str] = field(default_factory=set)
 
 
-def source(node: ast.AST) -> str:
-    try:
-        return ast.unparse(node)
-    except Exception:
-        return ast.dump(node)
-
-
 class LastValues:
     """Walks one function (or a module's top-level code) and yields every check of a loop
     leftover or a one-entry value."""
 
-    def __init__(self, func: ast.AST, is_validator: Validator | None = None, source=None) -> None:
+    def __init__(self, func: ast.AST, is_validator: Validator | None = None, source=None, returned: Returned | None = None) -> None:
         self.func = func
         self.is_validator = is_validator or (lambda call, pos, names: False)
+        # which results of a call are a loop's leftover in the function it calls (its
+        # `return per_layer, attn_metadata` after the group loop)
+        self.returned = returned or (lambda call: frozenset())
         self.found: list[Finding] = []
+        # what this function's returns hand back that a loop left behind: tuple positions
+        # (None: the whole value), on every return that returns something
+        self.returns_leftover: list[frozenset] = []
         # the module's text: a statement whose text names no tracked value (and holds no
         # one-entry shape) is not walked
         self._text = source.text if source is not None else None
@@ -113,7 +128,7 @@ class LastValues:
         seg = self._segment(node)
         if seg is None:
             return True
-        if "next" in seg or ("-" in seg and _MINUS_ONE.search(seg)):
+        if "next" in seg or "pop" in seg or ("-" in seg and _MINUS_ONE.search(seg)) or ("[" in seg and _ZERO_INDEX.search(seg)):
             return True
         for w in words:
             if w in seg:
@@ -129,8 +144,23 @@ class LastValues:
     def run(self) -> list[Finding]:
         body = self.func.body if isinstance(self.func, (*FUNCS, ast.Module)) else []
         self._top = _Acc()
+        # collections this function fills with entries of one kind (a comprehension, a loop
+        # storing into it): `xs[0]` of one is its first entry, not a tuple's first field
+        self._collections: set[str] = set()
+        self._loop_targets: list[set[str]] = []  # the targets of the loops around a statement
         self._block(body, {}, set(), self._top, {})
         return self.found
+
+    def _shape(self, expr: ast.AST):
+        return _shape(expr, self._collections)
+
+    def _keyed_by_loop(self, expr: ast.AST) -> bool:
+        """`d[keys[0]]` where `keys` is read from a target of an enclosing loop."""
+        if not (isinstance(expr, ast.Subscript) and isinstance(expr.slice, ast.Subscript)):
+            return False
+        keys = ref(expr.slice.value)
+        active = set().union(*self._loop_targets) if self._loop_targets else set()
+        return keys is not None and keys.split(".")[0] in active
 
     # -- walking ------------------------------------------------------------------------
     def _block(self, stmts, state, singles, acc, flags) -> None:
@@ -144,10 +174,12 @@ class LastValues:
                 acc.accumulators.add(name)
             acc.names.add(name)
             acc.fresh.add(name)
-            # a value picked out of a collection, one assignment away
+            # a value picked out of a collection, one assignment away; not one keyed by what
+            # the loop iterates (`d[group.layer_names[0]]` in `for group in groups`: one entry
+            # of every group)
             if value is not None:
-                shape = _entry_shape(value)
-                if shape is not None:
+                shape = self._shape(value)
+                if shape is not None and not self._keyed_by_loop(value):
                     state[name] = OneEntry(*shape)
 
     def _stmt(self, st, state, singles, acc, flags) -> None:
@@ -156,7 +188,7 @@ class LastValues:
             return  # their own scope
         if isinstance(st, ast.Assert):
             self._check_test(st.test, st, state, flags, raises=True)
-            single = _single_subject(st.test, positive=True)
+            single = guarantee_of(st)
             if single:
                 singles.add(single)
             return
@@ -177,13 +209,39 @@ class LastValues:
             flag_check = None
             if value is not None and len(names) == 1:
                 flag_check = _type_call_in(value)
+            if value is not None:
+                self._walrus(value, state, acc)
             self._bind(names, state, acc, value if len(names) == 1 else None, reads)
+            if isinstance(value, ast.Call) and len(targets) == 1:
+                # `per_layer, md = self._build(cad)`: a loop leftover of the callee
+                positions = self.returned(value)
+                if positions:
+                    t = targets[0]
+                    if isinstance(t, ast.Name) and None in positions:
+                        state[t.id] = Produced(value)
+                    elif isinstance(t, ast.Tuple):
+                        for i, e in enumerate(t.elts):
+                            if isinstance(e, ast.Name) and i in positions:
+                                state[e.id] = Produced(value)
+            # `k, md = d.popitem()`, `first, *rest = d.values()`
+            if value is not None and len(targets) == 1 and len(names) > 1:
+                state.update(unpacked_entries(targets[0], value, self._collections))
+            self._note_collection(targets, value, acc)
+            if isinstance(st, ast.Assign):
+                single = guarantee_of(st)  # `(md,) = d.values()`
+                if single:
+                    singles.add(single)
             if flag_check is not None and len(names) == 1:
                 flags[names[0]] = (flag_check, st)
             return
         if isinstance(st, ast.Expr):
             self._check_calls(st.value, st, state)
             self._walrus(st.value, state, acc)
+            call = st.value
+            if acc is not self._top and isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr in _FILLS:
+                r = ref(call.func.value)
+                if r is not None:
+                    self._collections.add(r)
             return
         if isinstance(st, ast.Raise):
             return
@@ -193,12 +251,19 @@ class LastValues:
         if isinstance(st, (ast.Return,)):
             if st.value is not None:
                 self._check_calls(st.value, st, state)
+                elts = st.value.elts if isinstance(st.value, ast.Tuple) else [st.value]
+                positions = {
+                    (i if isinstance(st.value, ast.Tuple) else None)
+                    for i, e in enumerate(elts)
+                    if isinstance(e, ast.Name) and isinstance(state.get(e.id), Produced)
+                }
+                self.returns_leftover.append(frozenset(positions))
             return
         if isinstance(st, ast.If):
             raises = _raises(st.body)
             self._check_test(st.test, st, state, flags, raises=raises)
             self._walrus(st.test, state, acc)
-            single = _single_subject(st.test, positive=False) if raises else None
+            single = guarantee_of(st)
             body_state = dict(state)
             self._block(st.body, body_state, set(singles), acc, dict(flags))
             else_state = dict(state)
@@ -247,13 +312,36 @@ class LastValues:
         if isinstance(st, (ast.Global, ast.Nonlocal)):
             return
 
+    def _note_collection(self, targets, value, acc) -> None:
+        if value is None:
+            return
+        if _builds_entries(value) or ref(value) in self._collections:
+            self._collections.update(t.id for t in targets if isinstance(t, ast.Name))
+        if acc is not self._top:  # `xs[k] = v` in a loop
+            for t in targets:
+                if isinstance(t, ast.Subscript):
+                    r = ref(t.value)
+                    if r is not None:
+                        self._collections.add(r)
+
     def _walrus(self, expr, state, acc) -> None:
         seg = self._segment(expr)
         if seg is not None and ":=" not in seg:
             return
-        for node in _walk_expr(expr):
-            if isinstance(node, ast.NamedExpr):
+        # `[(md := build(g)) for g in groups]`: the walrus binds in the enclosing function,
+        # and what it leaves behind is the last element's value
+        comps = [n for n in ast.walk(expr) if isinstance(n, COMPREHENSIONS)]
+        in_comp = {id(w): c for c in comps for w in ast.walk(c) if isinstance(w, ast.NamedExpr)}
+        for node in ast.walk(expr):
+            if not isinstance(node, ast.NamedExpr):
+                continue
+            comp = in_comp.get(id(node))
+            if comp is None:
                 self._bind([node.target.id], state, acc, node.value, node.target.id in _refs_read(node.value))
+            else:
+                self._bind([node.target.id], state, acc)
+                if not one_element(comp.generators[0].iter, set()):
+                    state[node.target.id] = Produced(comp)
 
     def _loop(self, loop, state, singles, acc, flags) -> None:
         inner_acc = _Acc()
@@ -263,12 +351,16 @@ class LastValues:
         inner = dict(state)
         for name in targets:
             inner.pop(name, None)
-        self._block(loop.body, inner, set(singles), inner_acc, dict(flags))
+        self._loop_targets.append(set(targets))
+        try:
+            self._block(loop.body, inner, set(singles), inner_acc, dict(flags))
+        finally:
+            self._loop_targets.pop()
         bound = inner_acc.names | set(targets)
         acc.names |= bound
         for name in bound:
             state.pop(name, None)
-        one = isinstance(loop, (ast.For, ast.AsyncFor)) and _single_element(loop.iter, singles)
+        one = isinstance(loop, (ast.For, ast.AsyncFor)) and one_element(loop.iter, singles)
         if not inner_acc.breaks and not one:
             for name in bound - inner_acc.accumulators:
                 state[name] = Produced(loop)
@@ -306,10 +398,11 @@ class LastValues:
                     self.found.append(Finding(check, name, origin))
                     return
             for sub in _walk_expr(test):
-                shape = _entry_shape(sub)
+                shape = self._shape(sub)
                 if shape is not None:
                     kind = "assert" if isinstance(stmt, ast.Assert) else "raise"
-                    self.found.append(Finding(Check(test, sub, kind, None, True, stmt), shape[1], OneEntry(*shape)))
+                    via = sub.target.id if isinstance(sub, ast.NamedExpr) else None
+                    self.found.append(Finding(Check(test, sub, kind, None, True, stmt), shape[1], OneEntry(*shape), via))
                     return
         self._check_calls(test, stmt, state, skip_types=True)
 
@@ -331,9 +424,11 @@ class LastValues:
         """Whether a checked expression is a loop leftover or a one-entry value: the value
         itself, its root (`md.kind`), or a subscript by a loop's own variable
         (`per_layer[name]` after `for name in names`)."""
-        shape = _entry_shape(subject)
+        shape = self._shape(subject)
         if shape is not None:
-            return OneEntry(*shape), shape[1], None
+            # `isinstance(md := next(iter(d.values())), T)`: the entry goes on as `md`
+            via = subject.target.id if isinstance(subject, ast.NamedExpr) else None
+            return OneEntry(*shape), shape[1], via
         for candidate in _subject_refs(subject):
             origin = state.get(candidate)
             if origin is not None:
@@ -370,7 +465,19 @@ class LastValues:
 
 # -- helpers ----------------------------------------------------------------------------------
 _MINUS_ONE = re.compile(r"-[\s(]*1(?![\w.])")
+_ZERO_INDEX = re.compile(r"\[[\s(]*0[\s)]*\]")
+_FILLS = frozenset({"append", "add", "insert", "extend", "update", "setdefault"})
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
 
+
+def _builds_entries(value: ast.AST) -> bool:
+    """A comprehension, or `list(...)`/`tuple(...)`/`sorted(...)` of one or of `d.values()`."""
+    if isinstance(value, _COMPREHENSIONS):
+        return True
+    if isinstance(value, ast.Call) and ref(value.func) in ("list", "tuple", "sorted") and len(value.args) == 1:
+        inner = value.args[0]
+        return isinstance(inner, _COMPREHENSIONS) or _collection(inner) is not inner
+    return False
 
 
 def _merge(state, a, b) -> None:
@@ -471,92 +578,112 @@ def _is_minus_one(expr: ast.AST) -> bool:
     ) or (isinstance(expr, ast.Constant) and expr.value == -1)
 
 
-def _collection(expr: ast.AST) -> ast.AST:
-    """`d` for `d`, `d.values()`, `d.items()`, `d.keys()`, `list(d.values())`, `tuple(d)`."""
-    if isinstance(expr, ast.Call) and ref(expr.func) in ("list", "tuple") and len(expr.args) == 1:
-        expr = expr.args[0]
-    if (
-        isinstance(expr, ast.Call)
-        and isinstance(expr.func, ast.Attribute)
-        and expr.func.attr in ("values", "items", "keys")
-        and not expr.args
-    ):
-        expr = expr.func.value
-    return expr
-
-
-def _entry_shape(expr: ast.AST) -> tuple[str, str, ast.AST] | None:
+def entry_shape(expr: ast.AST) -> tuple[str, str, ast.AST] | None:
     """('last'|'first', collection source, collection node) for one-entry picks:
-    `d[names[-1]]`, `d[-1]`, `list(d.values())[-1]`, `next(reversed(d...))`, `next(iter(d...))`."""
+    `d[names[-1]]`, `d[-1]`, `list(d.values())[-1]`, `next(reversed(d...))`, `d.popitem()`,
+    `xs.pop()`, `xs.pop(-1)` (the last); `d[names[0]]`, `d[0]`, `list(d.values())[0]`,
+    `next(iter(d...))` (with or without a default), `xs.pop(0)` (the first)."""
+    shape = _shape(expr)
+    return shape[:3] if shape is not None else None
+
+
+def _shape(expr: ast.AST, collections: set[str] | None = None) -> tuple[str, str, ast.AST, bool] | None:
+    """`entry_shape`, and whether the pick is a `[0]` of a plain name (`positional`); with
+    `collections`, such a `[0]` is a pick only of one of them."""
+    if collections is not None:
+        shape = _shape(expr)
+        if shape is not None and shape[3] and shape[1] not in collections:
+            return None
+        return shape
+    if isinstance(expr, ast.NamedExpr):
+        return _shape(expr.value)
     if isinstance(expr, ast.Subscript):
         index = expr.slice
-        if _is_minus_one(index) or (isinstance(index, ast.Subscript) and _is_minus_one(index.slice)):
+        popped = _popped(expr.value)
+        if popped is not None:  # `d.popitem()[1]`: the popped entry's value
+            return popped
+        which = _index_which(index)
+        if which is None and isinstance(index, ast.Subscript):
+            which = _index_which(index.slice)  # `d[names[-1]]`: the entry of the last name
+            positional = False
+        else:
+            positional = isinstance(expr.value, (ast.Name, ast.Attribute))
+        if which is not None:
             coll = _collection(expr.value)
-            return "last", source(coll), coll
+            if coll is not expr.value:
+                positional = False  # `list(d.values())[0]`: entries by construction
+            return which, source(coll), coll, positional and which == "first"
+        return None
     if isinstance(expr, ast.Call) and ref(expr.func) == "next" and expr.args:
         arg = expr.args[0]
         if isinstance(arg, ast.Call) and ref(arg.func) in ("reversed", "iter") and arg.args:
             coll = _collection(arg.args[0])
-            return ("last" if ref(arg.func) == "reversed" else "first"), source(coll), coll
+            return ("last" if ref(arg.func) == "reversed" else "first"), source(coll), coll, False
+    return _popped(expr)
+
+
+def _popped(expr: ast.AST) -> tuple[str, str, ast.AST, bool] | None:
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and not expr.keywords:
+        attr, args = expr.func.attr, expr.args
+        coll = expr.func.value
+        if attr == "popitem" and not args:
+            return "last", source(coll), coll, False
+        if attr == "pop" and not args:
+            return "last", source(coll), coll, False
+        if attr == "pop" and len(args) == 1:
+            which = _index_which(args[0])
+            if which is not None:
+                return which, source(coll), coll, False
     return None
 
 
-def _single_element(it: ast.AST, singles: set[str]) -> bool:
-    if isinstance(it, (ast.List, ast.Tuple, ast.Set)):
-        return len(it.elts) == 1 and not isinstance(it.elts[0], ast.Starred)
-    if isinstance(it, ast.Call) and ref(it.func) == "range" and len(it.args) == 1:
-        a = it.args[0]
-        if isinstance(a, ast.Constant) and a.value == 1:
-            return True
-    if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice) and it.slice.step is None:
-        lower = source(it.slice.lower) if it.slice.lower is not None else "0"
-        upper = source(it.slice.upper) if it.slice.upper is not None else None
-        if (lower, upper) in {("0", "1"), ("-1", None)}:
-            return True
-    for candidate in _iter_subjects(it):
-        if candidate in singles:
-            return True
-    return False
-
-
-def _iter_subjects(it: ast.AST) -> Iterator[str]:
-    """The collection a loop iterates, spelled every way a length guarantee may name it."""
-    yield source(it)
-    inner = it
-    while isinstance(inner, ast.Call) and len(inner.args) == 1 and ref(inner.func) in (
-        "list", "tuple", "sorted", "reversed", "enumerate", "iter"
-    ):
-        inner = inner.args[0]
-        yield source(inner)
-    coll = _collection(inner)
-    yield source(coll)
-
-
-def _len_subject(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Call) and ref(node.func) == "len" and len(node.args) == 1:
-        return source(_collection(node.args[0]))
+def _index_which(index: ast.AST) -> str | None:
+    if _is_minus_one(index):
+        return "last"
+    if isinstance(index, ast.Constant) and index.value == 0 and not isinstance(index.value, bool):
+        return "first"
     return None
 
 
-def _single_subject(test: ast.AST, *, positive: bool) -> str | None:
-    """`xs` when `test` being true (`positive`, an assert) or false (an `if` that raises)
-    guarantees `len(xs) == 1` (or at most one)."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return _single_subject(test.operand, positive=not positive)
-    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
-        return None
-    op, right, left = test.ops[0], test.comparators[0], test.left
-    subject = _len_subject(left)
-    number = right
-    if subject is None:
-        subject = _len_subject(right)
-        number = left
-        op = {ast.Lt: ast.Gt(), ast.Gt: ast.Lt(), ast.LtE: ast.GtE(), ast.GtE: ast.LtE()}.get(type(op), op)
-    if subject is None or not isinstance(number, ast.Constant) or not isinstance(number.value, int):
-        return None
-    k = number.value
-    if positive:
-        ok = (isinstance(op, ast.Eq) and k == 1) or (isinstance(op, ast.LtE) and k == 1) or (isinstance(op, ast.Lt) and k == 2)
-    else:  # the test is what raises: its negation holds afterwards
-        ok = (isinstance(op, ast.NotEq) and k == 1) or (isinstance(op, ast.Gt) and k == 1) or (isinstance(op, ast.GtE) and k == 2)
-    return subject if ok else None
+def unpacked_entries(target: ast.AST, value: ast.AST, collections: set[str] | None = None) -> dict[str, OneEntry]:
+    """The names of an unpacking that receive a picked entry: `k, md = d.popitem()`,
+    `_, md = next(iter(d.items()))` (every name: the key and the entry), `first, *rest =
+    d.values()`, `*rest, last = mds` (the name beside the starred one)."""
+    if not isinstance(target, (ast.Tuple, ast.List)):
+        return {}
+    shape = _shape(value, collections)
+    if shape is not None:
+        names = [n for n in _target_refs(target)]
+        return {n: OneEntry(*shape) for n in names}
+    elts = target.elts
+    stars = [i for i, e in enumerate(elts) if isinstance(e, ast.Starred)]
+    if len(stars) != 1 or len(elts) != 2:
+        return {}
+    coll = _collection(value)
+    which, other = ("first", elts[1 - stars[0]]) if stars[0] == 1 else ("last", elts[0 if stars[0] else 1])
+    if isinstance(other, (ast.Name, ast.Attribute)) and ref(other):
+        return {ref(other): OneEntry(which, source(coll), coll, False)}
+    return {}
+
+
+# -- what the prefilter needs to see for a one-entry pick ---------------------------------------
+# The literals come from `_shape` and `unpacked_entries` above: a `[0]`/`[-1]` subscript, `.pop(`
+# or `.popitem(`, `next(iter(` / `next(reversed(`, a starred target.
+FIRST_INDEX = Pattern(r"\[[\s(]*0[\s)]*\]", "0", "a `[0]` subscript")
+POP_CALL = Pattern(r"\.\s*pop(?:item)?\s*\(", "pop", "`.pop(...)` / `.popitem()`")
+STAR_TARGET = Pattern(r"\*\s*\w+\s*(?:,[^=\n]*)?=(?!=)", "*", "a starred assignment target")
+_PICK_AFTER = (
+    r"(?:\s*\.\s*(?:values|items|keys)\s*\(\s*\))?\s*\)?\s*"
+    r"(?:\[[^\]]*?(?:-[\s(]*1|0)(?![\w.])|\.\s*pop(?:item)?\s*\()"
+)
+_PICK_BEFORE = (
+    r"(?:\bnext\s*\(\s*(?:iter|reversed)\s*\(\s*"
+    r"|\*\s*\w+\s*(?:,[^=\n]*)?=\s*)(?:(?:list|tuple)\s*\(\s*)?$"
+)
+
+
+def picked(names: Names) -> Around:
+    """One entry picked out of a collection named by `names`, in every spelling `_shape` and
+    `unpacked_entries` read (a superset: `d[10]` passes too)."""
+    return Around(names, after=_PICK_AFTER, before=_PICK_BEFORE, before_words=("next", "*"),
+                  describe=f"one entry of {names.describe()}")

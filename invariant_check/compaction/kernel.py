@@ -35,12 +35,11 @@ out (no traffic), which also makes the one-token-per-request case nearly free.
 
 from __future__ import annotations
 
-import os
-
 import triton
 import triton.language as tl
 from triton.runtime.driver import driver as _driver
 
+from .. import envvars
 from .tiles import (
     DEFAULT_BLOCK_W,
     DEFAULT_CHUNK,
@@ -127,7 +126,7 @@ def is_interpreted() -> bool:
 # determines Triton's specialisation (tiles.spec_key; tested against Triton's
 # own specialiser). INVARIANT_CHECK_COMPACTION_FAST_LAUNCH=0 turns this off.
 _compiled: dict[tuple, object] = {}
-_FAST_LAUNCH = os.environ.get("INVARIANT_CHECK_COMPACTION_FAST_LAUNCH", "1") != "0"
+_FAST_LAUNCH = bool(envvars.get("INVARIANT_CHECK_COMPACTION_FAST_LAUNCH"))
 
 
 def launch(

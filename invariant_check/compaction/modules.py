@@ -16,7 +16,14 @@ from torch import nn
 
 from .api import compact_rows_
 
-__all__ = ["TopkHolder", "compact_topk_indices_", "find_topk_buffers", "find_topk_holders", "read_buffers"]
+__all__ = [
+    "NoTopkBufferError",
+    "TopkHolder",
+    "compact_topk_indices_",
+    "find_topk_buffers",
+    "find_topk_holders",
+    "read_buffers",
+]
 
 ATTR = "topk_indices_buffer"
 # vLLM's SharedTopkIndicesBuffer keeps the tensor it was built with here and resolves ATTR
@@ -142,12 +149,45 @@ def find_topk_buffers(module: nn.Module, *, refresh: bool = False) -> list[torch
     return [t for _, t in read_buffers(cached_holders(module, refresh=refresh))]
 
 
-def compact_topk_indices_(module: nn.Module, slot_ids: torch.Tensor, *, backend: str = "auto") -> None:
+class NoTopkBufferError(LookupError):
+    """``compact_topk_indices_`` found no top-k index buffer under the module it was given.
+
+    A compaction that silently does nothing is the bug this package exists to fix: step 1+
+    would read rows step 0 wrote per token. ``module`` is the model, ``holders`` the attributes
+    that were looked for.
+    """
+
+    def __init__(self, module: nn.Module) -> None:
+        self.module = module
+        cls = type(module)
+        where = f"{cls.__module__}.{cls.__qualname__}"
+        looked = ", ".join(f"`{a}`" for a in (ATTR, SNAPSHOT_ATTR))
+        super().__init__(
+            f"compact_topk_indices_: no top-k index buffer under {where}: no submodule, nor an "
+            f"object they keep (up to {DEPTH} levels), has a 2-D integer tensor in {looked}; "
+            "nothing was compacted. Pass missing_ok=True if this model has no sparse attention "
+            "to compact."
+        )
+
+
+def compact_topk_indices_(
+    module: nn.Module, slot_ids: torch.Tensor, *, backend: str = "auto", missing_ok: bool = False
+) -> None:
     """Compact every distinct top-k index buffer under ``module`` to ``slot_ids``, in one call.
 
     Written as ``(self, slot_ids)`` so it can replace a model class's
     ``compact_topk_indices`` method directly.
+
+    Raises ``NoTopkBufferError`` (a ``LookupError`` naming the module's class) when ``module``
+    holds no top-k index buffer, unless ``missing_ok=True`` says that none is expected (a model
+    without sparse attention): a compaction that finds nothing to compact is otherwise the
+    silent missed compaction of vLLM PR #47238. The holders are looked up again once before
+    raising, in case vLLM wired the buffers after the first call cached none.
     """
     buffers = find_topk_buffers(module)
+    if not buffers and not missing_ok:
+        buffers = find_topk_buffers(module, refresh=True)
+        if not buffers:
+            raise NoTopkBufferError(module)
     if buffers:
         compact_rows_(buffers, slot_ids, backend=backend)

@@ -9,7 +9,6 @@ cheap and always run.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import torch
@@ -132,7 +131,9 @@ def want_value_checks(row_ids: torch.Tensor, check: bool | None) -> bool:
         return bool(check)
     if row_ids.device.type == "cpu":
         return True
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    from .. import envvars
+
+    return bool(envvars.get(DEBUG_ENV))
 
 
 def check_row_values(row_ids: torch.Tensor, buffers: list[torch.Tensor]) -> None:

@@ -22,4 +22,6 @@ def render(result, rules, **_) -> str:
             "by_rule": dict(sorted(counts.items())),
         },
     }
+    if getattr(result, "baselined", None) is not None:
+        doc["summary"]["baselined"] = result.baselined  # findings a baseline held back
     return json.dumps(doc, indent=2) + "\n"

@@ -49,6 +49,32 @@ def _rule_descriptor(rule) -> dict:
     }
 
 
+def _fix(f) -> dict:
+    """The finding's fix as SARIF has it: replacements of regions of the one file it edits
+    (an empty region inserts)."""
+    return {
+        "description": {"text": f.fix.message},
+        "artifactChanges": [
+            {
+                "artifactLocation": _uri(f.path),
+                "replacements": [
+                    {
+                        "deletedRegion": {
+                            "startLine": e.line,
+                            "startColumn": e.column,
+                            "endLine": e.end_line,
+                            "endColumn": e.end_column,
+                        },
+                        "insertedContent": {"text": e.content},
+                    }
+                    for e in f.fix.edits
+                ],
+            }
+        ],
+        "properties": {"applicability": f.fix.applicability},
+    }
+
+
 def render(result, rules, **_) -> str:
     from ..registry import all_rules
 
@@ -83,6 +109,8 @@ def render(result, rules, **_) -> str:
         }
         if f.rule in index:
             res["ruleIndex"] = index[f.rule]
+        if f.fix is not None:
+            res["fixes"] = [_fix(f)]
         if isinstance(f.data, dict) and f.data:
             # what the rule knew (the stale fields, the loop line, how a name was resolved):
             # the same object as the JSON format's `data`

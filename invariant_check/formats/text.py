@@ -34,9 +34,12 @@ def render(
     statistics: bool = False,
     quiet: bool = False,
     sources: dict | None = None,
+    fixing=None,
+    show_fixes: bool = False,
     **_,
 ) -> str:
-    """`quiet`: the findings only. `sources`: shown path -> bytes linted instead of the file."""
+    """`quiet`: the findings only. `sources`: shown path -> bytes linted instead of the file.
+    `fixing`: what `--fix` did (a `fixes.FixOutcome`); `show_fixes` lists it."""
     bold = (lambda s: f"\x1b[1m{s}\x1b[0m") if color else (lambda s: s)
     red = (lambda s: f"\x1b[31m{s}\x1b[0m") if color else (lambda s: s)
     cyan = (lambda s: f"\x1b[36m{s}\x1b[0m") if color else (lambda s: s)
@@ -54,11 +57,18 @@ def render(
                 out.append(f"    {src.expandtabs()}")
                 out.append("    " + " " * start_at + red("^" * max(1, width)))
         if f.hint:
-            out.append(f"    {cyan('hint:')} {f.hint}")
+            first, *rest = f.hint.split("\n")  # a fix's hint: its lines follow, indented
+            out.append(f"    {cyan('hint:')} {first}")
+            out.extend(f"        {line}".rstrip() for line in rest)
     if statistics and result.findings:
         counts = Counter((f.rule, f.name) for f in result.findings)
         for (code, name), n in sorted(counts.items()):
             out.append(f"{n:5d}  {code}  {name}")
+    fixed = list(fixing.applied) if fixing is not None else []
+    if show_fixes and fixed:
+        out.append(f"Fixed {len(fixed)} finding{'s' * (len(fixed) != 1)}:")
+        for f in sorted(fixed, key=lambda f: f.sort_key()):
+            out.append(f"    {f.path}:{f.line}:{f.column}: {f.rule} {f.fix.message}")
     if quiet:
         return "".join(line + "\n" for line in out)
     n = len(result.findings)
@@ -73,10 +83,26 @@ def render(
     if missing:
         parts.append(f"{missing} path{'s' * (missing != 1)} not found")
     checked = f"{result.files_seen} file{'s' * (result.files_seen != 1)} checked"
+    held = getattr(result, "baselined", None)
+    if held:
+        checked += f"; {held} more in the baseline"
+    safe = sum(1 for f in result.findings if f.fix is not None and f.fix.applicability == "safe")
+    unsafe = sum(1 for f in result.findings if f.fix is not None and f.fix.applicability != "safe")
+    if safe or unsafe:
+        offers = []
+        if safe:
+            offers.append(f"{safe} fixable with `--fix`")
+        if unsafe:
+            offers.append(f"{unsafe} {'more ' if safe else 'fixable '}with `--fix --unsafe-fixes` (review them first: `--diff --unsafe-fixes`)")
+        out.append("; ".join(offers) + ".")
+    if fixed:
+        parts = [p[:1].lower() + p[1:] for p in parts] or ["none left"]
+        parts.insert(0, f"Fixed {len(fixed)} finding{'s' * (len(fixed) != 1)}")
     if not parts:
         out.append(f"All checks passed ({checked}).")
     else:
         out.append("; ".join(parts) + f" ({checked}).")
+
     codes = sorted({f.rule for f in result.findings})
     if len(codes) == 1:
         out.append(f"Run `invariant-check explain {codes[0]}` for the rule's documentation and fix.")

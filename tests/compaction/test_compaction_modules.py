@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")  # the runtime extras; a lint-only install 
 from compaction_cases import expected_after, make_buffer, two_per_request
 from torch import nn
 
-from invariant_check.compaction import compact_topk_indices_, find_topk_buffers
+from invariant_check.compaction import NoTopkBufferError, compact_topk_indices_, find_topk_buffers
 
 
 class Attn(nn.Module):
@@ -83,9 +83,27 @@ def test_buffers_re_pointed_after_the_first_call_are_followed():
     assert torch.equal(target, want)
 
 
-def test_model_without_buffers_is_a_no_op():
+def test_model_without_buffers_raises_naming_it_unless_none_is_expected():
     model = Model(Attn(None))
-    compact_topk_indices_(model, torch.tensor([0]))
+    with pytest.raises(NoTopkBufferError) as info:
+        compact_topk_indices_(model, torch.tensor([0]))
+    assert f"{__name__}.Model" in str(info.value) and "missing_ok=True" in str(info.value)
+    with pytest.raises(LookupError):  # also bound as the model's method
+        model.compact_topk_indices(torch.tensor([0]))
+    assert compact_topk_indices_(model, torch.tensor([0]), missing_ok=True) is None
+
+
+def test_buffers_wired_after_a_first_empty_lookup_are_found():
+    # vLLM points the draft's attention at its buffer after the model is built: a lookup cached
+    # before that must not make the compaction fail (or, worse, skip) later
+    attn = Attn(None)
+    model = Model(attn)
+    compact_topk_indices_(model, torch.tensor([0]), missing_ok=True)  # caches "no holder"
+    attn.topk_indices_buffer = buf = make_buffer(8, 4, torch.int32, 9)
+    slot_ids = torch.tensor([1, 3])
+    want = expected_after(buf, slot_ids)
+    compact_topk_indices_(model, slot_ids)
+    assert torch.equal(buf, want)
 
 
 @pytest.mark.vllm
@@ -110,6 +128,12 @@ def test_matches_vllm_deepseek_mtp_compact_topk_indices():
     compact_topk_indices_(tree(ours), slot_ids)
     assert torch.equal(ours, theirs)
     assert torch.equal(ours, expected_after(buf, slot_ids))
+    # where vLLM's method finds no buffer it returns having done nothing; ours says so
+    empty = tree(None)
+    del empty.layers["61"].mtp_block.self_attn.mla_attn.topk_indices_buffer  # non-sparse MLA has none
+    assert vllm_method(empty, slot_ids) is None
+    with pytest.raises(NoTopkBufferError):
+        compact_topk_indices_(empty, slot_ids)
 
 
 @pytest.mark.vllm

@@ -52,6 +52,18 @@ def v32(tiny_model_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def v3_mtp(tiny_model_dir):
+    """(vllm_config, vLLM's real DeepSeekMTP, its inner predictor): MLA without sparse attention,
+    so no top-k index buffer anywhere; built once."""
+    from guards_v32_module import build_mtp
+
+    cfg, model, stack = build_mtp(tiny_model_dir, "vllm.model_executor.models.deepseek_mtp", "DeepSeekMTP",
+                                  num_speculative_tokens=1)
+    yield cfg, model, model.model
+    stack.close()
+
+
+@pytest.fixture(scope="session")
 def v32_amd(tiny_model_dir, tmp_path_factory):
     """The ROCm variant of the same module, built the same way."""
     from guards_v32_module import build_v32_mtp, write_v32_config

@@ -63,8 +63,12 @@ def build_tokenizer(out: Path) -> int:
     return len(vocab)
 
 
-def build_tiny_deepseek_mtp(out: Path) -> Path:
-    """Write config.json, safetensors weights and tokenizer files into ``out``."""
+def build_tiny_deepseek_mtp(out: Path, seed: int = 0, as_draft: bool = False) -> Path:
+    """Write config.json, safetensors weights and tokenizer files into ``out``.
+
+    ``as_draft``: a draft model for `method="draft_model"` (with another ``seed``): the same
+    dense MLA layer without the MTP layer, declared DeepSeek-V2 (`DeepseekV2ForCausalLM`, same
+    weights layout), because vLLM turns any `deepseek_v3` draft into `method="mtp"`."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
@@ -72,17 +76,26 @@ def build_tiny_deepseek_mtp(out: Path) -> Path:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     vocab_size = build_tokenizer(out)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     # One extra decoder layer: its weights become the MTP block (layer index NUM_HIDDEN_LAYERS).
-    cfg = DeepseekV3Config(num_hidden_layers=NUM_HIDDEN_LAYERS + 1, **_config_kwargs(vocab_size))
+    cfg = DeepseekV3Config(num_hidden_layers=NUM_HIDDEN_LAYERS + int(not as_draft), **_config_kwargs(vocab_size))
     model = DeepseekV3ForCausalLM(cfg).to(torch.bfloat16)
     model.save_pretrained(out, safe_serialization=True)
+
+    config = json.loads((out / "config.json").read_text())
+    config.update(architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3")
+    config.pop("dtype", None)
+    config["torch_dtype"] = "bfloat16"
+    if as_draft:
+        config.update(architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2")
+        (out / "config.json").write_text(json.dumps(config, indent=2))
+        return out
 
     weights_file = out / "model.safetensors"
     state = load_file(str(weights_file))
     hidden = cfg.hidden_size
     p = f"model.layers.{NUM_HIDDEN_LAYERS}."
-    gen = torch.Generator().manual_seed(1)
+    gen = torch.Generator().manual_seed(seed + 1)
 
     def rand(*shape):
         return (torch.randn(*shape, generator=gen) * 0.02).to(torch.bfloat16)
@@ -96,16 +109,31 @@ def build_tiny_deepseek_mtp(out: Path) -> Path:
     state[p + "embed_tokens.weight"] = state["model.embed_tokens.weight"].clone()
     save_file({k: v.contiguous() for k, v in state.items()}, str(weights_file), metadata={"format": "pt"})
 
-    config = json.loads((out / "config.json").read_text())
     config.update(
-        architectures=["DeepseekV3ForCausalLM"],
-        model_type="deepseek_v3",
         num_hidden_layers=NUM_HIDDEN_LAYERS,
         num_nextn_predict_layers=1,
         # Makes the v1 proposer toggle set_skip_topk / call compact_topk_indices each step.
         index_share_for_mtp_iteration=True,
-        torch_dtype="bfloat16",
     )
+    (out / "config.json").write_text(json.dumps(config, indent=2))
+    return out
+
+
+def build_tiny_llama(out: Path, num_layers: int = 2, seed: int = 0) -> Path:
+    """A tiny Llama checkpoint (random weights) with the same local tokenizer: a target or,
+    with fewer layers and another seed, a draft model for `method="draft_model"`."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab_size = build_tokenizer(out)
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256, num_hidden_layers=num_layers,
+                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=512,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    config = json.loads((out / "config.json").read_text())
     config.pop("dtype", None)
     config["torch_dtype"] = "bfloat16"
     (out / "config.json").write_text(json.dumps(config, indent=2))

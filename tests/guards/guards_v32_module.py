@@ -1,4 +1,5 @@
-"""Constructs the real DeepSeek V3.2 MTP predictor of the installed vLLM on CPU.
+"""Constructs the real DeepSeek V3.2 MTP predictor of the installed vLLM on CPU (and, from the
+same code, vLLM's DeepSeek-V3 MTP, which has no sparse attention).
 
 Two things are substituted because this machine has no GPU, and only for construction:
 - the CPU platform refuses sparse attention, so the attention-backend lookup returns the
@@ -47,6 +48,14 @@ def _free_port() -> int:
 def build_v32_mtp(model_dir: Path, variant: str = "nvidia", max_num_batched_tokens: int = 64,
                   num_speculative_tokens: int = 3):
     """Returns (vllm_config, top-level MTP model, exit stack keeping the patches alive)."""
+    return build_mtp(model_dir, f"vllm.models.deepseek_v32.{variant}.mtp", "DeepseekV32MTP",
+                     max_num_batched_tokens, num_speculative_tokens)
+
+
+def build_mtp(model_dir: Path, module: str, cls: str, max_num_batched_tokens: int = 64,
+              num_speculative_tokens: int = 3):
+    """Any MTP model class of vLLM built on CPU from `model_dir` (the DeepSeek-V3 checkpoint
+    gives vLLM's own `DeepSeekMTP`, with no sparse attention and so no top-k buffer)."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import importlib
@@ -86,8 +95,8 @@ def build_v32_mtp(model_dir: Path, variant: str = "nvidia", max_num_batched_toke
         ensure_model_parallel_initialized(1, 1)
     if getattr(workspace, "_manager", None) is None:
         workspace.init_workspace_manager(torch.device("cpu"))
-    mod = importlib.import_module(f"vllm.models.deepseek_v32.{variant}.mtp")
+    mod = importlib.import_module(module)
     draft_cfg = cfg.speculative_config.draft_model_config
     with mock.patch.object(cfg, "model_config", draft_cfg):
-        model = mod.DeepseekV32MTP(vllm_config=cfg, prefix="model")
+        model = getattr(mod, cls)(vllm_config=cfg, prefix="model")
     return cfg, model, stack

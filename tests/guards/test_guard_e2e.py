@@ -27,14 +27,19 @@ pytestmark = [requires_vllm, pytest.mark.vllm, pytest.mark.slow]
 RUNNER = Path(__file__).with_name("guards_e2e_runner.py")
 
 
-def run_llm(model_dir, report_dir, mode="record", faults="", executor=None):
+def run_llm(model_dir, report_dir, mode="record", faults="", executor=None, config=None, extra_env=None, guards="1"):
+    """config: the runner's IC_E2E_CONFIG (speculative method, prompts, ...); extra_env: more
+    variables for every vLLM process (PYTHONPATH for a test-only plugin)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("INVARIANT_CHECK_")}
-    env.update(INVARIANT_CHECK_GUARDS="1", INVARIANT_CHECK_GUARDS_MODE=mode,
+    env.update(INVARIANT_CHECK_GUARDS=guards, INVARIANT_CHECK_GUARDS_MODE=mode,
                INVARIANT_CHECK_REPORT_DIR=str(report_dir), VLLM_CPU_KVCACHE_SPACE="1",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     env.pop("VLLM_PLUGINS", None)  # all plugins: ours is loaded by vLLM itself
     if faults:
         env["INVARIANT_CHECK_TEST_FAULT"] = faults
+    if config is not None:
+        env["IC_E2E_CONFIG"] = json.dumps(config)
+    env.update(extra_env or {})
     token = uuid.uuid4().hex
     env["IC_E2E_RUN_TOKEN"] = token  # marks every process of this run, for the cleanup below
     log = Path(report_dir).parent / f"{Path(report_dir).name}-runner.log"

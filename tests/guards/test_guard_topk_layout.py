@@ -267,9 +267,10 @@ def test_triton_compaction_swap_compacts_and_is_checked(v32, guards, monkeypatch
     calls = []
     real = compaction.compact_topk_indices_
 
-    def spy(module, slot_ids):
+    def spy(module, slot_ids, **kwargs):
         calls.append(type(module).__name__)
-        return real(module, slot_ids)
+        assert kwargs == {"missing_ok": False}  # the swap never lets a compaction find nothing
+        return real(module, slot_ids, **kwargs)
 
     monkeypatch.setattr(compaction, "compact_topk_indices_", spy)
     rep = guards(mode="raise", compaction="triton")
@@ -285,13 +286,41 @@ def test_triton_swap_without_guards_patches_only_the_compaction(v32, guards, mon
     compaction = pytest.importorskip("invariant_check.compaction")
     cfg, model, inner = v32
     calls = []
-    monkeypatch.setattr(compaction, "compact_topk_indices_", lambda m, ids: calls.append(ids.tolist()))
+    monkeypatch.setattr(compaction, "compact_topk_indices_", lambda m, ids, **kw: calls.append(ids.tolist()))
     guards(mode="raise", names=(), compaction="triton")
     cls = type(inner)
     assert getattr(cls.__dict__["compact_topk_indices"], "__invariant_check_wrapped__", False)
     assert not getattr(cls.__dict__["set_skip_topk"], "__invariant_check_wrapped__", False)
     inner.compact_topk_indices(torch.tensor(LAST, dtype=torch.int32))
     assert calls == [LAST]
+
+
+def test_compaction_of_a_real_model_without_topk_buffer_names_it(v3_mtp):
+    """vLLM's DeepSeek-V3 MTP has no sparse attention: its own compact_topk_indices returns
+    having done nothing. Ours says so, naming the model, unless told none is expected."""
+    from invariant_check.compaction import NoTopkBufferError, compact_topk_indices_
+
+    cfg, model, inner = v3_mtp
+    ids = torch.tensor([0, 1], dtype=torch.int32)
+    assert inner.compact_topk_indices(ids) is None  # vLLM's: silent
+    with pytest.raises(NoTopkBufferError) as info:
+        compact_topk_indices_(inner, ids)
+    assert "vllm.model_executor.models.deepseek_mtp.DeepSeekMultiTokenPredictor" in str(info.value)
+    assert isinstance(info.value, LookupError) and info.value.module is inner
+    assert compact_topk_indices_(inner, ids, missing_ok=True) is None
+
+
+def test_triton_swap_on_a_model_without_topk_buffer_raises_naming_it(v3_mtp, guards):
+    from invariant_check.compaction import NoTopkBufferError
+
+    cfg, model, inner = v3_mtp
+    ids = torch.tensor([0, 1], dtype=torch.int32)
+    guards(mode="raise", names=(), compaction="triton")
+    assert getattr(type(inner).__dict__["compact_topk_indices"], "__invariant_check_wrapped__", False)
+    with pytest.raises(NoTopkBufferError, match="DeepSeekMultiTokenPredictor"):
+        inner.compact_topk_indices(ids)
+    guards(mode="raise", names=(), compaction="vllm")  # vLLM's own method: nothing to say
+    assert inner.compact_topk_indices(ids) is None
 
 
 def test_amd_variant_same_guarantees(v32_amd, guards):

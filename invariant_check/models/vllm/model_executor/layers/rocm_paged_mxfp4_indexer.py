@@ -6,6 +6,12 @@ from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
 import torch
 
 
+class RocmSparseAttnIndexer(SparseAttnIndexer):
+
+    def forward_hip(self, hidden_states: torch.Tensor, q_quant: torch.Tensor | tuple[torch.Tensor, torch.Tensor], k: torch.Tensor | None, weights: torch.Tensor):
+        ...
+
+
 class RocmSparseMQAIndexer(nn.Module):
     weights_dtype = torch.float32
 

@@ -23,4 +23,9 @@ class CompressorMetadataBuilder(AttentionMetadataBuilder):
         self.token_to_req_indices = torch.zeros(self.vllm_config.scheduler_config.max_num_batched_tokens, dtype=torch.int32, device=self.device)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> CompressorMetadata:
-        ...
+        token_to_req_indices = common_attn_metadata.token_to_req_indices(self.token_to_req_indices)
+        num_decode_tokens = None
+        if _prefer_two_stage_compressor():
+            _, _, num_decode_tokens, _ = split_decodes_and_prefills(common_attn_metadata, decode_threshold=1)
+        async_spec_decode = self.vllm_config.scheduler_config.async_scheduling and self.vllm_config.speculative_config is not None
+        return CompressorMetadata(block_table=common_attn_metadata.block_table_tensor.clamp_(min=0), slot_mapping=common_attn_metadata.slot_mapping, block_size=self.block_size, token_to_req_indices=token_to_req_indices, num_decode_tokens=num_decode_tokens, c128_boundary=_get_c128_boundary(common_attn_metadata) if self.block_size == 8 and (not async_spec_decode) else None)

@@ -45,3 +45,7 @@ class DeepseekV4SparseMLAMetadataBuilder(AttentionMetadataBuilder[DeepseekV4Flas
 
     def _build_c128a_metadata(self, cm: CommonAttentionMetadata, req_id_per_token: torch.Tensor) -> dict[str, torch.Tensor | None]:
         ...
+
+
+class DeepseekV4FlashMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS

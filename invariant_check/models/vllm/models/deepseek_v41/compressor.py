@@ -2,6 +2,7 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from typing import ClassVar
+from vllm.distributed import get_pcp_group
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import AttentionMetadataBuilder
@@ -23,4 +24,31 @@ class CompressorMetadataBuilder(AttentionMetadataBuilder):
         ...
 
     def _link_pcp_chunks(self, metadata: CompressorMetadata, num_reqs: int, positions: torch.Tensor) -> None:
-        ...
+        num_tokens = metadata.slot_mapping.numel()
+        num_rows = min(num_tokens, 2 * self.vllm_config.scheduler_config.max_num_seqs)
+        num_reqs = min(num_reqs, num_rows)
+        query_start_loc = metadata.query_start_loc.long()
+        starts = query_start_loc[:num_reqs].clamp(max=num_tokens - 1)
+        last = (query_start_loc[1:num_reqs + 1] - 1).clamp(min=0)
+        nonempty = query_start_loc[1:num_reqs + 1] > query_start_loc[:num_reqs]
+
+        def key(slots: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            return torch.where(slots >= 0, slots // self.capacity << 32 | pos, -1)
+        local_keys = torch.full((num_rows,), -1, dtype=torch.int64, device=self.device)
+        local_keys[:num_reqs] = key(torch.where(nonempty, metadata.slot_mapping[last], -1), positions[last])
+        sorted_keys, order = get_pcp_group().all_gather(local_keys, dim=0).sort()
+        blocks, sorted_positions = (sorted_keys >> 32, sorted_keys & 4294967295)
+        newest = torch.ones_like(sorted_keys, dtype=torch.bool)
+        newest[:-1] = blocks[:-1] != blocks[1:]
+        is_open = (sorted_keys >= 0) & newest & (sorted_positions % 2 == 0)
+        ring_write_slots = torch.empty_like(sorted_keys)
+        ring_write_slots[order] = torch.where(is_open, blocks * self.capacity + sorted_positions % self.capacity, -1)
+        first_positions = positions[starts]
+        wanted = key(metadata.slot_mapping[starts], first_positions - 1)
+        found = torch.searchsorted(sorted_keys, wanted).clamp_(max=order.numel() - 1)
+        has_prev = nonempty & (wanted >= 0) & (first_positions % 2 == 1) & (sorted_keys[found] == wanted)
+        gather_tokens = torch.zeros_like(local_keys)
+        gather_tokens[:num_reqs] = last
+        metadata.gather_tokens = gather_tokens
+        metadata.ring_write_slots = ring_write_slots
+        metadata.prev_row_indices = torch.where(has_prev, order[found], -1)

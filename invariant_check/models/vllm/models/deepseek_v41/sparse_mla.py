@@ -40,3 +40,7 @@ class DeepseekV4SparseMLAMetadataBuilder(AttentionMetadataBuilder[DeepseekV4Flas
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> DeepseekV4FlashMLAMetadata:
         ...
+
+
+class DeepseekV4FlashMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from dataclasses import replace
 from typing import ClassVar
 from typing import Generic
+from vllm.v1.kv_cache_interface import get_kv_quant_mode
 import numpy as np
 import torch
 
@@ -117,4 +118,102 @@ class AttentionMetadataBuilder(ABC, Generic[M]):
         ...
 
     def update_draft_decode_metadata(self, metadata: M) -> None:
+        ...
+
+
+class AttentionImplBase(ABC, Generic[T]):
+    is_sparse: ClassVar[bool] = False
+    supports_dense_mha_prefill: bool = True
+    num_heads: int
+    head_size: int
+    scale: float
+    can_return_lse_for_decode: bool = False
+    lse_base_on_e: bool = True
+    supports_pcp: bool = False
+    supports_dcp: bool = False
+    supports_mtp_with_cp_non_trivial_interleave_size: bool = False
+    need_to_return_lse_for_decode: bool = False
+    supports_quant_query_input: bool = False
+    dcp_world_size: int
+    dcp_rank: int
+    pcp_world_size: int
+    pcp_rank: int
+    total_cp_world_size: int
+    total_cp_rank: int
+
+    def __new__(cls, *args, **kwargs):
+        ...
+
+    def process_weights_after_loading(self, act_dtype: torch.dtype):
+        ...
+
+    def get_impl_variants(self) -> tuple['AttentionImplBase', ...]:
+        ...
+
+    def prepare_for_batch(self, attn_metadata: T | None) -> None:
+        ...
+
+
+class AttentionImpl(AttentionImplBase[T], Generic[T]):
+    kv_cache_dtype: str
+
+    @property
+    def kv_quant_mode(self) -> 'KVQuantMode':
+        return get_kv_quant_mode(self.kv_cache_dtype)
+
+    @abstractmethod
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int | None=None, alibi_slopes: list[float] | None=None, sliding_window: int | None=None, kv_cache_dtype: str='auto', logits_soft_cap: float | None=None, attn_type: str=AttentionType.DECODER, kv_sharing_target_layer_name: str | None=None) -> None:
+        ...
+
+    @abstractmethod
+    def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: T, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def fused_output_quant_supported(self, quant_key: 'QuantKey') -> bool:
+        ...
+
+    def fused_qk_norm_rope_kvcache_supported(self):
+        ...
+
+    def fused_qk_norm_mrope_kvcache_supported(self):
+        ...
+
+    def set_interleaved_v_cache(self):
+        ...
+
+    def fused_rope_kvcache_supported(self):
+        ...
+
+    def do_qk_norm_rope_kvcache_update(self, layer: AttentionLayer, qkv: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor, positions: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
+        ...
+
+    def do_qk_norm_mrope_kvcache_update(self, layer: AttentionLayer, qkv: torch.Tensor, q_out: torch.Tensor, positions: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor, is_neox: bool, mrope_section: tuple[int, int, int], is_interleaved: bool, rotary_dim: int, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
+        ...
+
+    def do_rope_and_kv_cache_update(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
+        ...
+
+
+class MLAAttentionImpl(AttentionImplBase[T], Generic[T]):
+    hisparse_cache: 'HiSparseCacheHandle | None' = None
+    supports_pcp: bool = True
+
+    @abstractmethod
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, q_lora_rank: int | None, kv_lora_rank: int, qk_nope_head_dim: int, qk_rope_head_dim: int, qk_head_dim: int, v_head_dim: int, kv_b_proj: 'ColumnParallelLinear', indexer: object | None=None, q_pad_num_heads: int | None=None) -> None:
+        ...
+
+    def forward_mha(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: T, k_scale: torch.Tensor, output: torch.Tensor, output_scale: torch.Tensor | None=None) -> None:
+        ...
+
+    @abstractmethod
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: T, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    def reserve_workspace(self) -> None:
+        ...
+
+    def fused_output_quant_supported(self, quant_key: 'QuantKey'):
+        ...
+
+    def do_kv_cache_update(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor, skip_scale: bool=False) -> None:
         ...

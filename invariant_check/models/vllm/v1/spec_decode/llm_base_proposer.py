@@ -2,10 +2,17 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from typing import Any
+from vllm.compilation.breakable_cudagraph import BreakableCUDAGraphWrapper
 from vllm.config import CUDAGraphMode
 from vllm.config import VllmConfig
 from vllm.distributed.eplb.eplb_state import EplbState
+from vllm.forward_context import set_forward_context
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+from vllm.model_executor.models.deepseek_eagle3 import Eagle3DeepseekV2ForCausalLM
+from vllm.model_executor.models.laguna_dflash import DFlashLagunaForCausalLM
+from vllm.model_executor.models.llama_eagle3 import Eagle3LlamaForCausalLM
+from vllm.model_executor.models.qwen3_dflash import DFlashQwen3ForCausalLM
+from vllm.model_executor.models.qwen3_eagle3 import Eagle3Qwen3ForCausalLM
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.triton_attn import TritonAttentionMetadata
 from vllm.v1.cudagraph_dispatcher import CudagraphDispatcher
@@ -13,12 +20,14 @@ from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.sample.metadata import SamplingMetadata
 from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 from vllm.v1.spec_decode.utils import compute_new_slot_mapping
+from vllm.v1.spec_decode.utils import eagle_step_update_slot_mapping_and_metadata
 from vllm.v1.spec_decode.utils import extend_all_queries_by_N
 from vllm.v1.spec_decode.vocab_mapping import VocabMapping
 from vllm.v1.utils import CpuGpuBuffer
 from vllm.v1.worker.gpu_input_batch import CachedRequestState
 from vllm.v1.worker.gpu_input_batch import InputBatch
 from vllm.v1.worker.utils import AttentionGroup
+import dataclasses
 import numpy as np
 import torch
 import torch.nn as nn
@@ -108,7 +117,16 @@ class SpecDecodeBaseProposer:
         ...
 
     def _sample_from_logits(self, logits: torch.Tensor, sampling_metadata: SamplingMetadata) -> tuple[torch.Tensor, torch.Tensor | None]:
-        ...
+        if not self._enable_probabilistic_draft_probs:
+            return (logits.argmax(dim=-1), None)
+        if sampling_metadata.all_greedy:
+            return (logits.argmax(dim=-1), None)
+        temperature = sampling_metadata.temperature
+        if temperature is not None and temperature.shape[0] != logits.shape[0]:
+            assert logits.shape[0] % temperature.shape[0] == 0
+            factor = logits.shape[0] // temperature.shape[0]
+            sampling_metadata = dataclasses.replace(sampling_metadata, temperature=temperature.repeat_interleave(factor, dim=0))
+        return compute_probs_and_sample_next_token(logits, sampling_metadata, self.use_fp64_gumbel)
 
     def _sample_draft_tokens(self, hidden_states: torch.Tensor, sampling_metadata: SamplingMetadata) -> tuple[torch.Tensor, torch.Tensor | None]:
         ...
@@ -117,10 +135,123 @@ class SpecDecodeBaseProposer:
         ...
 
     def propose(self, num_speculative_tokens, target_token_ids: torch.Tensor, target_positions: torch.Tensor, target_hidden_states: torch.Tensor, next_token_ids: torch.Tensor, token_indices_to_sample: torch.Tensor | None, common_attn_metadata: CommonAttentionMetadata, sampling_metadata: SamplingMetadata, mm_embed_inputs: tuple[list[torch.Tensor], torch.Tensor] | None=None, num_rejected_tokens_gpu: torch.Tensor | None=None, slot_mappings: dict[str, torch.Tensor] | list[dict[str, torch.Tensor]] | None=None) -> torch.Tensor:
-        ...
+        self.num_speculative_tokens = num_speculative_tokens
+        self._last_draft_probs = None
+        batch_size = common_attn_metadata.batch_size()
+        if self.method in ('eagle3', 'dflash'):
+            model = self.model
+            if isinstance(model, BreakableCUDAGraphWrapper):
+                model = model.unwrap()
+            assert isinstance(model, (Eagle3LlamaForCausalLM, Eagle3DeepseekV2ForCausalLM, DFlashQwen3ForCausalLM, Eagle3Qwen3ForCausalLM, DFlashLagunaForCausalLM))
+            target_hidden_states = self.model.combine_hidden_states(target_hidden_states)
+            assert target_hidden_states.shape[-1] == self.hidden_size
+        num_tokens, token_indices_to_sample, common_attn_metadata = self.set_inputs_first_pass(target_token_ids=target_token_ids, next_token_ids=next_token_ids, target_positions=target_positions, target_hidden_states=target_hidden_states, token_indices_to_sample=token_indices_to_sample, cad=common_attn_metadata, num_rejected_tokens_gpu=num_rejected_tokens_gpu)
+        per_group_attn_metadata, per_layer_attn_metadata = self.build_per_group_and_layer_attn_metadata(common_attn_metadata)
+        cudagraph_runtime_mode, num_input_tokens, num_tokens_across_dp = self._determine_batch_execution_and_padding(num_tokens)
+        model_kwargs, slot_mapping_size = self.build_model_inputs_first_pass(num_tokens, num_input_tokens, mm_embed_inputs)
+        if self._share_mtp_indices and hasattr(self.model.model, 'set_skip_topk'):
+            self.model.model.set_skip_topk(False)
+        if self.eplb_state is not None:
+            self.eplb_state.prepare_forward(self.draft_model_config, num_tokens)
+        with set_forward_context(per_layer_attn_metadata, self.vllm_config, num_tokens=num_input_tokens, num_tokens_across_dp=num_tokens_across_dp, cudagraph_runtime_mode=cudagraph_runtime_mode, slot_mapping=self._get_slot_mapping(slot_mapping_size, common_attn_metadata.slot_mapping)):
+            ret_hidden_states = self.model(**model_kwargs)
+            if not self.model_returns_tuple():
+                last_hidden_states = ret_hidden_states
+                hidden_states = last_hidden_states
+            else:
+                last_hidden_states, hidden_states = ret_hidden_states
+        if self._share_mtp_indices and hasattr(self.model.model, 'set_skip_topk'):
+            self.model.model.set_skip_topk(True)
+            self.model.model.compact_topk_indices(token_indices_to_sample)
+        sample_hidden_states = last_hidden_states[token_indices_to_sample]
+        if self.num_speculative_tokens == 0:
+            return torch.empty(batch_size, 0, device=sample_hidden_states.device, dtype=torch.int64)
+        if self.num_speculative_tokens == 1 or self.parallel_drafting:
+            draft_token_ids, draft_probs = self._sample_draft_tokens(sample_hidden_states, sampling_metadata)
+            if draft_probs is not None:
+                self._last_draft_probs = draft_probs.view(-1, self.num_speculative_tokens, draft_probs.shape[-1]).contiguous()
+            return draft_token_ids.view(-1, self.num_speculative_tokens)
+        if self.uses_mrope:
+            positions = self.mrope_positions[:, token_indices_to_sample]
+        else:
+            positions = self.positions[token_indices_to_sample]
+        hidden_states = hidden_states[token_indices_to_sample]
+        if self.constant_draft_positions:
+            self.positions[:batch_size] = positions
+        draft_token_ids, draft_probs = self._sample_draft_tokens(sample_hidden_states, sampling_metadata)
+        draft_probs_list = None if draft_probs is None else [draft_probs]
+        if self.allowed_attn_types is not None:
+            for group_md in per_group_attn_metadata:
+                if not isinstance(group_md, self.allowed_attn_types):
+                    raise ValueError(f'Unsupported attention metadata type for speculative decoding with num_speculative_tokens > 1: {type(group_md)}. Supported types are: {self.allowed_attn_types}')
+        draft_token_ids_list = [draft_token_ids]
+        cudagraph_runtime_mode, input_batch_size, batch_size_across_dp = self._determine_batch_execution_and_padding(batch_size)
+        common_attn_metadata.num_actual_tokens = batch_size
+        common_attn_metadata.max_query_len = 1
+        common_attn_metadata.query_start_loc = self.arange[:batch_size + 1]
+        common_attn_metadata.query_start_loc_cpu = torch.from_numpy(self.token_arange_np[:batch_size + 1]).clone()
+        if self.num_speculative_tokens > 1 and num_rejected_tokens_gpu is not None:
+            common_attn_metadata.seq_lens -= num_rejected_tokens_gpu
+        block_size = self.block_size
+        assert block_size > 0, 'block_size has not been initialized.'
+        for token_index in range(self.num_speculative_tokens - 1):
+            input_ids = draft_token_ids_list[-1].int()
+            if self.use_heterogeneous_vocab:
+                assert self.vocab_mapping is not None
+                input_ids = self.vocab_mapping.map_target_to_draft_ids(input_ids)
+            if not self.constant_draft_positions:
+                positions = self._update_positions_dependent_metadata(positions, common_attn_metadata, batch_size, input_batch_size, block_size)
+            if not self.constant_draft_positions or token_index == 0:
+                _, per_layer_attn_metadata = self.build_per_group_and_layer_attn_metadata(common_attn_metadata, draft_index=token_index + 1)
+            self.input_ids[:batch_size] = input_ids
+            self.hidden_states[:batch_size] = hidden_states
+            if self.supports_mm_inputs:
+                self.inputs_embeds[:batch_size] = self.model.embed_input_ids(input_ids)
+                input_ids = None
+                inputs_embeds = self.inputs_embeds[:input_batch_size]
+            else:
+                input_ids = self.input_ids[:input_batch_size]
+                inputs_embeds = None
+            model_kwargs = {'input_ids': input_ids, 'positions': self._get_positions(input_batch_size), 'inputs_embeds': inputs_embeds}
+            if self.pass_hidden_states_to_model:
+                model_kwargs['hidden_states'] = self.hidden_states[:input_batch_size]
+            if self.eplb_state is not None:
+                self.eplb_state.prepare_forward(self.draft_model_config, batch_size)
+            with set_forward_context(per_layer_attn_metadata, self.vllm_config, num_tokens=input_batch_size, num_tokens_across_dp=batch_size_across_dp, cudagraph_runtime_mode=cudagraph_runtime_mode, slot_mapping=self._get_slot_mapping(input_batch_size)):
+                ret_hidden_states = self.model(**model_kwargs)
+                if not self.model_returns_tuple():
+                    last_hidden_states = ret_hidden_states
+                    hidden_states = ret_hidden_states
+                else:
+                    last_hidden_states, hidden_states = ret_hidden_states
+            hidden_states = hidden_states[:batch_size]
+            draft_token_ids, draft_probs = self._sample_draft_tokens(last_hidden_states[:batch_size], sampling_metadata)
+            if draft_probs is not None:
+                assert draft_probs_list is not None
+                draft_probs_list.append(draft_probs)
+            draft_token_ids_list.append(draft_token_ids)
+        draft_token_ids = torch.stack(draft_token_ids_list, dim=1)
+        if draft_probs_list is not None:
+            self._last_draft_probs = torch.stack(draft_probs_list, dim=1).contiguous()
+        return draft_token_ids
 
     def _update_positions_dependent_metadata(self, positions: torch.Tensor, common_attn_metadata, batch_size: int, input_batch_size: int, block_size: int) -> torch.Tensor:
-        ...
+        positions_1d = positions[0] if self.uses_mrope else positions
+        if self.uses_mrope:
+            out_pos = self.mrope_positions[0, :batch_size]
+        else:
+            out_pos = self.positions[:batch_size]
+        eagle_step_update_slot_mapping_and_metadata(positions_1d=positions_1d, block_table_tensor=common_attn_metadata.block_table_tensor, seq_lens=common_attn_metadata.seq_lens, block_size=block_size, max_model_len=self.max_model_len, out_clamped_positions=out_pos, out_slot_mapping=self._slot_mapping_buffer[:input_batch_size], input_batch_size=input_batch_size)
+        common_attn_metadata.slot_mapping = self._slot_mapping_buffer[:batch_size]
+        if self.uses_mrope:
+            self.mrope_positions[1:, :batch_size] = self.mrope_positions[0, :batch_size]
+            positions = self.mrope_positions[:, :batch_size]
+        else:
+            positions = self.positions[:batch_size]
+        common_attn_metadata.max_seq_len = min(common_attn_metadata.max_seq_len + 1, self.max_model_len)
+        if common_attn_metadata.seq_lens_cpu_upper_bound is not None:
+            common_attn_metadata.seq_lens_cpu_upper_bound += 1
+        return positions
 
     def set_inputs_first_pass(self, target_token_ids: torch.Tensor, next_token_ids: torch.Tensor, target_positions: torch.Tensor, target_hidden_states: torch.Tensor, token_indices_to_sample: torch.Tensor | None, cad: CommonAttentionMetadata, num_rejected_tokens_gpu: torch.Tensor | None) -> tuple[int, torch.Tensor, CommonAttentionMetadata]:
         ...

@@ -10,8 +10,4 @@ def compute_new_slot_mapping(cad: CommonAttentionMetadata, new_positions: torch.
 
 
 def extend_all_queries_by_N(common_attn_metadata: CommonAttentionMetadata, N: int, arange: torch.Tensor, new_slot_mapping: torch.Tensor) -> CommonAttentionMetadata:
-    cad = common_attn_metadata
-    new_query_start_loc = cad.query_start_loc + N * arange[:len(cad.query_start_loc)]
-    new_query_start_loc_cpu = cad.query_start_loc_cpu + N * torch.arange(len(cad.query_start_loc_cpu), dtype=torch.int32)
-    new_cad = cad.replace(query_start_loc=new_query_start_loc, query_start_loc_cpu=new_query_start_loc_cpu, seq_lens=cad.seq_lens + N, num_actual_tokens=cad.num_actual_tokens + cad.batch_size() * N, max_query_len=cad.max_query_len + N, max_seq_len=cad.max_seq_len + N, slot_mapping=new_slot_mapping)
-    return new_cad
+    ...

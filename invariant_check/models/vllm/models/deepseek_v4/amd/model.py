@@ -6,6 +6,7 @@ from vllm.config import VllmConfig
 from vllm.model_executor.layers.fused_moe.utils import is_model_fused_shared_expert_compatible
 from vllm.model_executor.layers.mhc import HCHeadOp
 from vllm.model_executor.models.interfaces import EagleModelMixin
+from vllm.models.deepseek_v4.amd.rocm import DeepseekV4ROCMAiterMLAAttention
 from vllm.platforms import current_platform
 from vllm.sequence import IntermediateTensors
 import torch

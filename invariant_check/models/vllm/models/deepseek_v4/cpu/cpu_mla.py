@@ -5,3 +5,24 @@ from vllm.models.deepseek_v4.sparse_mla import DeepseekV4SparseMLAMetadataBuilde
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.mla.indexer import DeepseekV32IndexerMetadataBuilder
 from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadataBuilder
+from vllm.v1.attention.ops.flashmla import FlashMLASchedMeta
+import torch
+
+
+class DeepseekV4CPUFlashMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+
+    def _build_c128a_metadata(self, cm: CommonAttentionMetadata, req_id_per_token: torch.Tensor) -> dict[str, torch.Tensor | None]:
+        ...
+
+
+class DeepseekV4CPUIndexerMetadataBuilder(DeepseekV32IndexerMetadataBuilder):
+
+    @staticmethod
+    def _split_indexer_prefill_chunks(compressed_seq_lens_cpu: torch.Tensor, prefill_query_lens_cpu: torch.Tensor, workspace_size: int, max_logits_bytes: int, request_offset: int=0) -> list[tuple[slice, slice]]:
+        ...
+
+
+class DeepseekV4CPUSparseSWAMetadataBuilder(DeepseekSparseSWAMetadataBuilder):
+
+    def build_tile_scheduler(self, num_decode_tokens: int) -> dict[str, FlashMLASchedMeta | None]:
+        ...

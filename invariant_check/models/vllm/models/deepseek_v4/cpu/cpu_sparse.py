@@ -3,5 +3,56 @@
 
 from vllm.models.deepseek_v4.attention import DeepseekV4Attention
 from vllm.models.deepseek_v4.attention import DeepseekV4Indexer
+from vllm.models.deepseek_v4.cpu.cpu_mla import DeepseekV4CPUSparseBackend
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.v1.attention.backend import AttentionMetadata
+import torch
+import torch.nn as nn
+
+
+class DeepseekV4CPUIndexer(DeepseekV4Indexer):
+
+    def forward(self, hidden_states: torch.Tensor, qr: torch.Tensor, compressed_kv_score: torch.Tensor | None, indexer_weights: torch.Tensor, positions: torch.Tensor, rotary_emb: nn.Module, qr_scale: torch.Tensor | None=None, skip_compressor: bool=False) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+    def _fill_short_context_topk(self, positions: torch.Tensor, num_tokens: int) -> None:
+        ...
+
+
+class DeepseekV4CPUAttention(DeepseekV4Attention):
+    backend_cls = DeepseekV4CPUSparseBackend
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._wo_a_packed: torch.Tensor | None = None
+
+    def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
+        ...
+
+    def _wrap_wo_a_process_weights_after_loading(self) -> None:
+        ...
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, llama_4_scaling: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def _fused_qnorm_rope_kv_insert(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, attn_metadata: dict[str, AttentionMetadata] | list[dict[str, AttentionMetadata]] | None) -> torch.Tensor:
+        ...
+
+    def _split_qkv_and_norm(self, qr_kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        ...
+
+    def _prepare_and_attn(self, hidden_states: torch.Tensor, qr: torch.Tensor, kv: torch.Tensor, qr_scale: torch.Tensor | None, kv_score: torch.Tensor, indexer_kv_score: torch.Tensor, indexer_weights: torch.Tensor, positions: torch.Tensor, o_padded: torch.Tensor) -> None:
+        ...
+
+    def _sparse_indexer_and_attn(self, hidden_states: torch.Tensor, index_q: torch.Tensor | None, index_q_scale: torch.Tensor | None, index_weights: torch.Tensor | None, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, out: torch.Tensor) -> None:
+        ...
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...

@@ -7,6 +7,9 @@ from vllm.config.kernel import NATIVE_MEGA_MOE_BACKENDS
 from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.models.interfaces import EagleModelMixin
 from vllm.models.deepseek_v4.attention import DeepseekV4Attention
+from vllm.models.deepseek_v4.nvidia.flashinfer_sparse import DeepseekV4FlashInferMLAAttention
+from vllm.models.deepseek_v4.nvidia.flashinfer_sparse import DeepseekV4FlashInferSM120Attention
+from vllm.models.deepseek_v4.nvidia.flashmla import DeepseekV4FlashMLAAttention
 from vllm.sequence import IntermediateTensors
 import torch
 import torch.nn as nn

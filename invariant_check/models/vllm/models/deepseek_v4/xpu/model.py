@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.mhc import HCHeadOp
 from vllm.model_executor.models.interfaces import EagleModelMixin
+from vllm.models.deepseek_v4.xpu.xpu_sparse import DeepseekV4XPUAttention
 from vllm.platforms import current_platform
 from vllm.sequence import IntermediateTensors
 import torch

@@ -3,3 +3,31 @@
 
 from vllm.models.deepseek_v4.attention import DeepseekV4Attention
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
+import torch
+
+
+class DeepseekV4XPUAttention(DeepseekV4Attention):
+    backend_cls = DeepseekV4XPUSparseBackend
+    use_flashmla_fp8_layout = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        ...
+
+    def _fused_qnorm_rope_kv_insert(self, q, kv, positions, attn_metadata):
+        ...
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, o: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...
+
+    def _forward_decode(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor) -> None:
+        ...
+
+    def _forward_prefill(self, q: torch.Tensor, positions: torch.Tensor, compressed_k_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, output: torch.Tensor, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata') -> None:
+        ...

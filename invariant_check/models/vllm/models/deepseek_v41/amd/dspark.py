@@ -11,6 +11,7 @@ from vllm.model_executor.models.utils import maybe_prefix
 from vllm.models.deepseek_v41.amd.model import DeepseekV4DecoderLayer
 from vllm.models.deepseek_v41.amd.model import DeepseekV4Model
 from vllm.models.deepseek_v41.amd.model import _use_sequence_parallel
+from vllm.v1.worker.gpu.spec_decode.dspark.speculator import DSparkSpeculator
 import torch
 import torch.nn as nn
 

@@ -6,6 +6,7 @@ from vllm.config import VllmConfig
 from vllm.model_executor.layers.mhc import MHCPostOp
 from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.models.interfaces import EagleModelMixin
+from vllm.models.deepseek_v41.amd.rocm import DeepseekV41ROCMAiterMLAAttention
 from vllm.models.deepseek_v41.attention import DeepseekV4Attention
 from vllm.models.deepseek_v41.common.engram import EngramLayout
 from vllm.models.deepseek_v41.common.engram import NgramHashState

@@ -2,15 +2,28 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.fusion.quant_activation import QuantizedActivation
+from vllm.model_executor.layers.rocm_paged_mxfp4_indexer import RocmSparseAttnIndexer
 from vllm.model_executor.layers.rocm_paged_mxfp4_indexer import RocmSparseMQAIndexer
+from vllm.models.deepseek_v41.amd.ops.sparse_indexer import Gfx942SparseAttnIndexer
 from vllm.models.deepseek_v41.attention import DeepseekV4Attention
 from vllm.models.deepseek_v41.attention import DeepseekV4Indexer
+from vllm.models.deepseek_v41.attention import DeepseekV4IndexerCache
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV41SparseSWAMetadataBuilder
+from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.kv_cache_interface import KVCacheSpec
+import functools
 import torch
+
+
+class DeepseekV41ROCMAiterMLASparseMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+
+    @classmethod
+    def get_cudagraph_support(cls, vllm_config: VllmConfig, kv_cache_spec: KVCacheSpec) -> AttentionCGSupport:
+        ...
 
 
 class DeepseekV41ROCMAiterSparseSWAMetadataBuilder(DeepseekV41SparseSWAMetadataBuilder):
@@ -27,4 +40,122 @@ class DeepseekV41ROCMAiterSparseSWAMetadataBuilder(DeepseekV41SparseSWAMetadataB
         self._use_aiter_sparse_mla = _aiter_sparse_mla_enabled(self.vllm_config.kv_transfer_config is not None)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False, replay_start: torch.Tensor | None=None) -> DeepseekV41ROCMAiterSparseSWAMetadata:
+        ...
+
+
+class DeepseekV41RocmMxfp4Indexer(DeepseekV4Indexer):
+    mqa_cls = RocmSparseMQAIndexer
+    attn_cls = RocmSparseAttnIndexer
+
+    def _produce_k(self, latent: torch.Tensor | None, positions: torch.Tensor, rotary_emb: torch.nn.Module) -> None:
+        ...
+
+    def forward_q(self, qr: torch.Tensor | QuantizedActivation, qr_scale: torch.Tensor | None, indexer_weights: torch.Tensor, positions: torch.Tensor, rotary_emb: torch.nn.Module) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+
+class DeepseekV41Gfx942Indexer(DeepseekV4Indexer):
+    attn_cls = Gfx942SparseAttnIndexer
+
+
+class DeepseekV41ROCMAiterMLAAttention(DeepseekV4Attention):
+    backend_cls = DeepseekV41ROCMAiterMLASparseBackend
+    swa_backend_cls = DeepseekV41ROCMAiterSparseSWABackend
+    _use_aiter_sparse_mla = False
+
+    def _indexer_cls(self, k_cache: DeepseekV4IndexerCache | None) -> type[DeepseekV4Indexer]:
+        ...
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._has_kv_transfer = vllm_config.kv_transfer_config is not None
+        self._wqa_wkv_scale: torch.Tensor | None = None
+        self._wo_b_scale: torch.Tensor | None = None
+        self._fused_compressor_weight: torch.Tensor | None
+        self._fused_compressor_split_sizes: tuple[int, int] | None = None
+        self._topk_ragged_cache: dict[int, _TopkRagged] = {}
+        self._prefill_topk_ragged_cache: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._index_source_prefix: str | None = None
+        self._use_aiter_sparse_mla = _aiter_sparse_mla_enabled(self._has_kv_transfer)
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def prepare_attn_preshuffle(self) -> None:
+        ...
+
+    def prepare_compressor_gemm_fusion(self) -> bool:
+        ...
+
+    def _bpre_attn_gemm(self, weight: torch.Tensor, scale: torch.Tensor, x: torch.Tensor, reduce_tp: bool) -> torch.Tensor:
+        ...
+
+    def _fused_wqa_wkv_gemm(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _run_parallel_input_projections(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+    def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, llama_4_scaling: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def _forward_csa2_full(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+    def _forward_csa2_reindex(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+    @functools.cached_property
+    def _wq_b_uses_aiter_block_scaled(self) -> bool:
+        from vllm._aiter_ops import rocm_aiter_ops
+        from vllm.model_executor.kernels.linear.scaled_mm import Fp8BlockScaledMMLinearKernel
+        if not rocm_aiter_ops.is_linear_fp8_enabled():
+            return False
+        linears = [self.wq_b]
+        if self.indexer is not None:
+            linears.append(self.indexer.wq_b)
+        for linear in linears:
+            kernel = getattr(getattr(linear, 'quant_method', None), 'fp8_linear', None)
+            if not isinstance(kernel, Fp8BlockScaledMMLinearKernel):
+                return False
+        return True
+
+    def _split_qkv_and_norm(self, qr_kv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        ...
+
+    def _alloc_attn_out(self, num_tokens: int, hidden_states: torch.Tensor) -> torch.Tensor | QuantizedActivation:
+        ...
+
+    def _o_proj(self, attn_out: torch.Tensor | QuantizedActivation, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _wo_b_after_wo_a(self, zf: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor | QuantizedActivation) -> None:
+        ...
+
+    def _decode_topk_ragged(self, swa_metadata: DeepseekV41ROCMAiterSparseSWAMetadata, attn_metadata: DeepseekV4FlashMLAMetadata | None, num_decodes: int, num_decode_tokens: int) -> _TopkRagged:
+        ...
+
+    def _forward_decode(self, q: torch.Tensor, positions: torch.Tensor, kv_cache: torch.Tensor | None, swa_metadata: DeepseekV41ROCMAiterSparseSWAMetadata, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor | None, output_mxfp8: tuple[torch.Tensor, torch.Tensor] | None=None) -> int:
+        ...
+
+    def _forward_prefill(self, q: torch.Tensor, positions: torch.Tensor, compressed_k_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, output: torch.Tensor | None, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: DeepseekV41ROCMAiterSparseSWAMetadata, mxfp8_out: tuple[torch.Tensor, torch.Tensor] | None=None) -> None:
+        ...
+
+    def _prefill_workspace_shapes(self, M: int, num_prefill_tokens: int, q: torch.Tensor, gather: bool=True) -> list[tuple[tuple[int, ...], torch.dtype]]:
+        ...
+
+    def _prefill_topk_ragged(self, swa_metadata: DeepseekV41ROCMAiterSparseSWAMetadata, attn_metadata: DeepseekV4FlashMLAMetadata, compressed_k_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def _forward_prefill_aiter(self, q: torch.Tensor, positions: torch.Tensor, compressed_k_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, output: torch.Tensor | None, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: DeepseekV41ROCMAiterSparseSWAMetadata, mxfp8_out: tuple[torch.Tensor, torch.Tensor] | None=None) -> None:
+        ...
+
+    def _mxfp8_bf16_rows(self, num_tokens: int, q: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _aiter_sparse_mla(self, q: torch.Tensor, output: torch.Tensor, swa_k_cache: torch.Tensor, swa_indices: torch.Tensor, swa_indptr: torch.Tensor, compressed_k_cache: torch.Tensor | None, topk_indices: torch.Tensor | None, topk_indptr: torch.Tensor | None) -> None:
         ...

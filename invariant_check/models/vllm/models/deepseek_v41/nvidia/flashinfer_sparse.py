@@ -2,12 +2,19 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from typing import ClassVar
+from vllm.config import VllmConfig
 from vllm.models.deepseek_v41.attention import DeepseekV4Attention
+from vllm.models.deepseek_v41.common.ops import build_flashinfer_mixed_sparse_indices
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV41SparseSWAMetadataBuilder
+from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
 import torch
+
+
+class DeepseekV4FlashInferSparseMLAMetadataBuilder(DeepseekV4SparseMLAMetadataBuilder):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
 
 
 class DeepseekSparseSWAFlashInferMetadataBuilder(DeepseekV41SparseSWAMetadataBuilder):
@@ -25,4 +32,140 @@ class DeepseekSparseSWAFlashInferMetadataBuilder(DeepseekV41SparseSWAMetadataBui
         ...
 
     def _fill_noncausal_decode_lens(self, metadata: 'DeepseekSparseSWAMetadata') -> None:
+        num_tokens = metadata.num_decode_tokens
+        assert metadata.decode_swa_lens is not None
+        assert metadata.seq_lens is not None
+        assert metadata.token_to_req_indices is not None
+        topk_lens = self._decode_topk_lens[:num_tokens]
+        seq_lens = self._decode_seq_lens[:num_tokens]
+        torch.clamp(metadata.decode_swa_lens, min=self.window_size, out=topk_lens)
+        torch.index_select(metadata.seq_lens, 0, metadata.token_to_req_indices[:num_tokens], out=seq_lens)
+        metadata.flashinfer_decode_topk_lens = topk_lens
+        metadata.flashinfer_decode_seq_lens = seq_lens
+
+
+class DeepseekV4FlashInferMLAAttention(DeepseekV4Attention):
+    backend_cls = DeepseekV4FlashInferMLASparseBackend
+    swa_backend_cls = DeepseekSparseSWAFlashInferBackend
+    use_fp8_ds_mla_layout: ClassVar[bool] = False
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, attn_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._flashinfer_fp8_bmm1_scale = self.scale * fp8_q_scale * fp8_kv_scale
+        self._flashinfer_fp8_bmm2_scale = fp8_kv_scale
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...
+
+    def _build_sparse_index_metadata(self, kv_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        num_decodes = swa_metadata.num_decodes
+        num_prefills = swa_metadata.num_prefills
+        num_decode_tokens = swa_metadata.num_decode_tokens
+        num_prefill_tokens = swa_metadata.num_prefill_tokens
+        num_reqs = num_decodes + num_prefills
+        num_tokens = num_decode_tokens + num_prefill_tokens
+        assert swa_metadata.seq_lens is not None
+        assert swa_metadata.query_start_loc is not None
+        assert swa_metadata.token_to_req_indices is not None
+        assert swa_metadata.decode_swa_indices is not None
+        assert swa_metadata.block_table is not None
+        assert swa_metadata.replay_start is not None
+        decode_swa_indices = swa_metadata.decode_swa_indices.reshape(num_decode_tokens, swa_metadata.decode_swa_width)
+        decode_compressed_topk_lens = None
+        decode_compressed_indices_are_local = False
+        decode_is_valid_token = None
+        if swa_only:
+            assert self.topk_indices_buffer is not None
+            compressed_kv_cache = swa_k_cache
+            decode_compressed_indices = None
+            prefill_topk_indices = self.topk_indices_buffer[num_decode_tokens:num_tokens, :0]
+            compressed_block_table = None
+            compressed_block_size = swa_metadata.block_size
+            top_k = 0
+        else:
+            assert kv_cache is not None
+            assert attn_metadata is not None
+            assert self.topk_indices_buffer is not None
+            assert swa_metadata.is_valid_token is not None
+            compressed_kv_cache = kv_cache
+            compressed_block_table = attn_metadata.block_table[:num_reqs]
+            compressed_block_size = attn_metadata.block_size // self.compress_ratio
+            if num_prefill_tokens > 0:
+                prefill_topk_indices = self.topk_indices_buffer[num_decode_tokens:num_tokens]
+                top_k = prefill_topk_indices.shape[-1]
+            else:
+                prefill_topk_indices = self.topk_indices_buffer[:0, :0]
+                top_k = 0
+            decode_compressed_indices_are_local = True
+            decode_is_valid_token = swa_metadata.is_valid_token[:num_decode_tokens]
+            if num_decode_tokens > 0:
+                decode_compressed_indices = self.topk_indices_buffer[:num_decode_tokens]
+            else:
+                decode_compressed_indices = prefill_topk_indices[:0]
+        query_start_loc = swa_metadata.query_start_loc[:num_reqs + 1]
+        seq_lens = swa_metadata.seq_lens[:num_reqs]
+        assert seq_lens.dtype == torch.int32
+        cached_sparse = swa_metadata.flashinfer_sparse_index_cache.get('swa_only') if swa_only else None
+        if cached_sparse is None:
+            swa_block_span = _packed_block_span(swa_k_cache)
+            compressed_block_span = _packed_block_span(compressed_kv_cache)
+            sparse_indices, sparse_topk_lens = build_flashinfer_mixed_sparse_indices(decode_swa_indices, decode_compressed_indices, decode_compressed_topk_lens, prefill_topk_indices[:num_prefill_tokens], query_start_loc, seq_lens, swa_metadata.token_to_req_indices[:num_tokens], swa_metadata.block_table[:num_reqs], swa_metadata.block_size, compressed_block_table, compressed_block_size, self.window_size, self.compress_ratio, top_k, decode_compressed_indices_are_local=decode_compressed_indices_are_local, decode_is_valid_token=decode_is_valid_token, swa_block_span=swa_block_span, compressed_block_span=compressed_block_span, replay_start=swa_metadata.replay_start[:num_reqs])
+            if swa_only:
+                swa_metadata.flashinfer_sparse_index_cache['swa_only'] = (sparse_indices, sparse_topk_lens)
+        else:
+            sparse_indices, sparse_topk_lens = cached_sparse
+        return (compressed_kv_cache, seq_lens, sparse_indices, sparse_topk_lens)
+
+    def _forward(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor) -> None:
+        ...
+
+
+class DeepseekV4FlashInferSM120Attention(DeepseekV4Attention):
+    backend_cls = DeepseekV4FlashInferMLASparseBackend
+    swa_backend_cls = DeepseekSparseSWAFlashInferBackend
+    use_fp8_ds_mla_layout: ClassVar[bool] = True
+
+    @staticmethod
+    def _get_workspace(device: torch.device) -> torch.Tensor:
+        ...
+
+    @staticmethod
+    def _as_sparse_cache(kv_cache: torch.Tensor) -> torch.Tensor:
+        ...
+
+    @classmethod
+    def get_padded_num_q_heads(cls, num_heads: int) -> int:
+        ...
+
+    def _o_proj(self, attn_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def __init__(self, vllm_config: VllmConfig, *args, **kwargs) -> None:
+        super().__init__(vllm_config, *args, **kwargs)
+        self._flashinfer_fp8_bmm1_scale = self.scale * fp8_q_scale * fp8_kv_scale
+        self._flashinfer_fp8_bmm2_scale = fp8_kv_scale
+
+    def _reserve_empty_forward_workspace(self) -> None:
+        ...
+
+    def _forward_sparse_impl(self, q: torch.Tensor, output: torch.Tensor, flashmla_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata', self_kv_cache: torch.Tensor | None, swa_kv_cache: torch.Tensor, swa_only: bool) -> None:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor, kv: torch.Tensor, positions: torch.Tensor, output: torch.Tensor) -> None:
+        ...
+
+    def _prepare_query(self, q: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _forward_decode(self, q: torch.Tensor, kv_cache: torch.Tensor | None, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool, output: torch.Tensor) -> None:
+        ...
+
+    def _forward_prefill(self, q: torch.Tensor, compressed_k_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, output: torch.Tensor, attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_metadata: 'DeepseekSparseSWAMetadata') -> None:
         ...

@@ -14,6 +14,10 @@ from vllm.models.deepseek_v41.common.engram import EngramBatch
 from vllm.models.deepseek_v41.common.engram import EngramLayout
 from vllm.models.deepseek_v41.common.engram import NgramHashState
 from vllm.models.deepseek_v41.decoder_replay_layers import DecoderReplayLayers
+from vllm.models.deepseek_v41.nvidia.flash_mla_mega_attn import DeepseekV4MegaAttnAttention
+from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInferMLAAttention
+from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInferSM120Attention
+from vllm.models.deepseek_v41.nvidia.flashmla import DeepseekV4FlashMLAAttention
 from vllm.models.deepseek_v41.nvidia.ops.mhc import supports_mhc_all_reduce
 from vllm.sequence import IntermediateTensors
 import torch

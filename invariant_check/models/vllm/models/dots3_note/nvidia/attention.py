@@ -5,7 +5,10 @@ from typing import ClassVar
 from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
 from vllm.model_executor.layers.attention.mla_attention import QueryLenSupport
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends.mla.flashattn_mla_sparse import FlashAttnMLASparseImpl
+from vllm.v1.attention.backends.mla.flashattn_mla_sparse import FlashAttnMLASparseMetadata
 from vllm.v1.attention.backends.mla.triton_mla import TritonMLAMetadataBuilder
 import torch
 
@@ -25,4 +28,19 @@ class Dots3NoteMLAMetadataBuilder(TritonMLAMetadataBuilder):
         ...
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> MLACommonMetadata:
+        ...
+
+
+class Dots3NotePaddedSparseImpl(FlashAttnMLASparseImpl):
+
+    def _logical_cache(self, kv_cache: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def do_kv_cache_update(self, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, kv_cache_dtype: str, k_scale: torch.Tensor, skip_scale: bool=False) -> None:
+        ...
+
+    def forward_mha(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: FlashAttnMLASparseMetadata, k_scale: torch.Tensor, output: torch.Tensor, output_scale: torch.Tensor | None=None) -> None:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: FlashAttnMLASparseMetadata, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
         ...

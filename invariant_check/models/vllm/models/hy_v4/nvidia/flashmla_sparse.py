@@ -2,3 +2,26 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.model_executor.models.deepseek_v2 import Indexer
+from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseImpl
+from vllm.v1.attention.backends.mla.flashmla_sparse import FlashMLASparseMetadata
+import torch
+
+
+class HYV4FlashMLASparseImpl(FlashMLASparseImpl):
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, topk_indices_buffer: torch.Tensor | None=None, indexer: 'Indexer | None'=None, **mla_args) -> None:
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype, logits_soft_cap, attn_type, kv_sharing_target_layer_name, topk_indices_buffer=topk_indices_buffer, indexer=indexer, **mla_args)
+        self.sinks = sinks
+
+    @staticmethod
+    def _validate_sinks(sinks: torch.Tensor | None, num_heads: int) -> None:
+        ...
+
+    def _sinks_for_query(self, q: torch.Tensor, head_dim: int, kernel_heads: int) -> torch.Tensor | None:
+        ...
+
+    def _fp8_flash_mla_kernel(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, kernel_metadata: FlashMLASparseMetadata.FP8KernelMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def _bf16_flash_mla_kernel(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, topk_length: torch.Tensor | None=None, actual_num_heads: int | None=None, out: torch.Tensor | None=None) -> tuple[torch.Tensor, torch.Tensor]:
+        ...

@@ -3,3 +3,4 @@
 
 from vllm.model_executor.layers.mla import MLAModules
 from vllm.model_executor.models.interfaces import EagleModelMixin
+from vllm.models.kimi_k3.amd.mla import KimiK3MultiHeadLatentAttentionWrapper

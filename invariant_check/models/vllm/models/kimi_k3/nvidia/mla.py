@@ -2,3 +2,4 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+from vllm.v1.attention.backend import MLAAttentionImpl

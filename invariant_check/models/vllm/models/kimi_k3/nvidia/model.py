@@ -2,3 +2,4 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.model_executor.models.interfaces import EagleModelMixin
+from vllm.v1.worker.gpu.model_states.interface import ModelState

@@ -89,3 +89,9 @@ class MiniMaxM3IndexerImpl(nn.Module):
 
     def forward(self, index_query: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         ...
+
+
+class MiniMaxM3IndexerTritonImpl(MiniMaxM3IndexerImpl):
+
+    def forward(self, index_query: torch.Tensor, *, attention_block_table: torch.Tensor | None=None, sparse_block_table_out: torch.Tensor | None=None, sparse_context_lens_out: torch.Tensor | None=None, block_page_stride: int | None=None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        ...

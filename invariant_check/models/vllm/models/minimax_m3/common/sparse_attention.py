@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImplBase
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 from vllm.v1.attention.backend import CommonAttentionMetadata

@@ -7,6 +7,7 @@ from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerDecodeMetadata
 from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerImpl
 from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerMetadata
 from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerMetadataBuilder
+from vllm.v1.attention.backend import AttentionBackend
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
@@ -22,4 +23,11 @@ class MiniMaxM3IndexerMSAMetadataBuilder(MiniMaxM3IndexerMetadataBuilder):
         self.unified_scores_buffer = torch.empty(vllm_config.scheduler_config.max_num_batched_tokens, self.num_index_heads, MAX_K_TILES, dtype=torch.float32, device=device)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> MiniMaxM3IndexerMSAMetadata:
+        ...
+
+
+class MiniMaxM3IndexerMSAImpl(MiniMaxM3IndexerImpl):
+    indexer_backend_cls: ClassVar[type[AttentionBackend]] = MiniMaxM3IndexerMSABackend
+
+    def forward(self, index_query: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         ...

@@ -2,14 +2,20 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from dataclasses import dataclass
+from typing import Any
 from typing import ClassVar
 from vllm.config import VllmConfig
+from vllm.model_executor.warmup.cutedsl_warmup import CuTeDSLCompileUnit
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.kv_cache_interface import AttentionSpec
 from vllm.v1.kv_cache_interface import KVCacheSpec
+import copy
 import torch
 
 
@@ -40,4 +46,65 @@ class B12xPagedMetadataBuilder(AttentionMetadataBuilder[B12xPagedMetadata]):
         ...
 
     def update_block_table(self, metadata: B12xPagedMetadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor) -> B12xPagedMetadata:
+        new_metadata = copy.copy(metadata)
+        new_metadata.block_table = blk_table
+        new_metadata.slot_mapping = slot_mapping
+        return new_metadata
+
+
+class B12xPagedAttentionImpl(AttentionImpl[B12xPagedMetadata]):
+    can_return_lse_for_decode: bool = False
+    supports_dcp: bool = False
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: AttentionType=AttentionType.DECODER, kv_sharing_target_layer_name: str | None=None, sinks: torch.Tensor | None=None) -> None:
+        self.num_heads = int(num_heads)
+        self.head_size = int(head_size)
+        self.output_head_size = self.head_size
+        self.scale = float(scale)
+        self.num_kv_heads = int(num_kv_heads)
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.attn_type = attn_type
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.window_left = -1 if sliding_window is None else int(sliding_window) - 1
+        self._sinks_source = sinks
+        self.sinks = sinks if sinks is None or sinks.dtype == torch.float32 else None
+        self.device = torch.device('cuda', torch.accelerator.current_device_index())
+        self.dtype = model_config.dtype
+        self.kv_torch_dtype = _dtype_from_cache_config(kv_cache_dtype, vllm_config)
+        self._max_num_seqs = max_num_seqs
+        self._extend_q_capacities = tuple(sorted({min(max_batched, q_capacity) for q_capacity in (128, 512, 1024, 2048, 4096, max_batched) if q_capacity > 0}))
+        self._paged_attention = paged_attention
+        self._create_decode_plan = _create_decode_plan
+        self._verify_q_per_req = 0
+        self._create_verify_plan = _create_verify_plan
+        self._create_extend_plan = _create_extend_plan
+        self._decode_plans: dict[tuple[int, int], Any] = {}
+        self._verify_plans: dict[tuple[int, int], Any] = {}
+        self._extend_plans: dict[tuple[int, int, int], Any] = {}
+        self._scratch_nbytes = max(*(int(envelope.nbytes) for envelope in decode_scratch_envelopes.values()), *(int(plan.layout.nbytes) for plan in self._verify_plans.values()), *(int(plan.layout.nbytes) for plan in self._extend_plans.values()))
+        self.supports_quant_query_input = False
+
+    def _compile_paged_extend_entry(self, page_size: int) -> None:
+        ...
+
+    def get_cutedsl_warmup_compile_units(self) -> tuple[CuTeDSLCompileUnit, ...]:
+        ...
+
+    def process_weights_after_loading(self, act_dtype: torch.dtype) -> None:
+        ...
+
+    def _prepare_fp8_descales(self, layer: AttentionLayer, num_reqs: int, device: torch.device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+    def _kv_cache_views(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def _select_plan(self, attn_metadata: B12xPagedMetadata, total_q: int, q_capacity: int, num_reqs: int, page_size: int) -> Any:
+        ...
+
+    def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: B12xPagedMetadata, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def do_kv_cache_update(self, layer: AttentionLayer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         ...

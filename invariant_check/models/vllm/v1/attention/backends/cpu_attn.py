@@ -3,13 +3,18 @@
 
 from dataclasses import dataclass
 from vllm.config import VllmConfig
+from vllm.v1.attention.backend import AttentionImpl
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import get_num_attention_heads_from_layers
+from vllm.v1.attention.backends.zentorch_sdpa import should_use_zentorch_sdpa
 from vllm.v1.attention.backends.zentorch_sdpa import zentorch_sdpa_attn
 from vllm.v1.kv_cache_interface import AttentionSpec
 from vllm.v1.kv_cache_interface import CrossAttentionSpec
 from vllm.v1.kv_cache_interface import EncoderOnlyAttentionSpec
+from vllm.v1.kv_cache_interface import is_quantized_kv_cache
 import torch
 
 
@@ -56,4 +61,28 @@ class CPUAttentionMetadataBuilder(AttentionMetadataBuilder[CPUAttentionMetadata]
         ...
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> CPUAttentionMetadata:
+        ...
+
+
+class CPUAttentionBackendImpl(AttentionImpl):
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: str=AttentionType.DECODER, kv_sharing_target_layer_name: str | None=None, sinks: torch.Tensor | None=None) -> None:
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.logits_soft_cap = logits_soft_cap
+        self.num_kv_heads = num_kv_heads
+        self.alibi_slopes = alibi_slopes
+        self.kv_cache_dtype = kv_cache_dtype
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+        self.is_fp8_kv_cache = is_quantized_kv_cache(kv_cache_dtype)
+        self.attn_type = attn_type
+        self.sinks = sinks
+        self.use_zentorch_sdpa = should_use_zentorch_sdpa(attn_type, vllm_config.model_config.dtype)
+
+    def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: CPUAttentionMetadata | None, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         ...

@@ -4,14 +4,21 @@
 from dataclasses import dataclass
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends.fa_utils import flash_attn_supports_quant_query_input
 from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
 from vllm.v1.attention.backends.fa_utils import uses_fa4_hd256_kernel
 from vllm.v1.attention.backends.utils import get_num_attention_heads_from_layers
+from vllm.v1.attention.ops.dcp import cp_lse_ag_out_rs
+from vllm.v1.attention.ops.dcp import dcp_a2a_lse_reduce
 from vllm.v1.kv_cache_interface import AttentionSpec
+import copy
 import numpy as np
 import torch
+import vllm.envs as envs
 
 
 @dataclass
@@ -83,7 +90,52 @@ class FlashAttentionMetadataBuilder(AttentionMetadataBuilder[FlashAttentionMetad
         ...
 
     def update_block_table(self, metadata: FlashAttentionMetadata, blk_table: torch.Tensor, slot_mapping: torch.Tensor) -> FlashAttentionMetadata:
-        ...
+        new_metadata = copy.copy(metadata)
+        new_metadata.block_table = blk_table
+        new_metadata.slot_mapping = slot_mapping
+        return new_metadata
 
     def update_draft_decode_metadata(self, metadata: FlashAttentionMetadata) -> None:
+        if metadata.scheduler_metadata is None:
+            return
+        num_reqs = metadata.num_decode_reqs or metadata.seq_lens.shape[0]
+        assert self.dcp_world_size == 1
+        scheduler_metadata = self._get_scheduler_metadata(aot_schedule=True, batch_size=num_reqs, cu_query_lens=metadata.query_start_loc, max_query_len=metadata.max_query_len, seqlens=metadata.seq_lens, max_seq_len=metadata.max_seq_len, causal=metadata.causal, max_num_splits=metadata.max_num_splits)
+        metadata.scheduler_metadata = self._store_scheduler_metadata(scheduler_metadata)
+
+
+class FlashAttentionImpl(AttentionImpl):
+    can_return_lse_for_decode: bool = True
+    supports_dcp: bool = True
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: AttentionType=AttentionType.DECODER, kv_sharing_target_layer_name: str | None=None, sinks: torch.Tensor | None=None) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.alibi_slopes = alibi_slopes
+        self.kv_cache_dtype = kv_cache_dtype
+        self.logits_soft_cap = logits_soft_cap
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+        self.attn_type = attn_type
+        self.vllm_flash_attn_version = get_flash_attn_version(requires_alibi=alibi_slopes is not None, head_size=head_size, has_sinks=sinks is not None, requires_softcap=bool(self.logits_soft_cap), supports_fa4_hd256=True)
+        self.fa4_hd256 = self.vllm_flash_attn_version == 4 and uses_fa4_hd256_kernel(head_size)
+        self.batch_invariant_enabled = envs.VLLM_BATCH_INVARIANT
+        self.sinks = sinks
+        self.supports_quant_query_input = flash_attn_supports_quant_query_input() and (not uses_sm90_fa4_fp8_kv_dequant)
+        self.dcp_combine = dcp_a2a_lse_reduce if dcp_a2a else cp_lse_ag_out_rs
+        self._dcp_dtype: torch.dtype | None = None
+        self._dcp_max_num_tokens: int = 0
+
+    def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: FlashAttentionMetadata, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        ...
+
+    def _forward_with_dcp(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, output: torch.Tensor, attn_metadata: FlashAttentionMetadata, q_descale: torch.Tensor | None=None, k_descale: torch.Tensor | None=None, v_descale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def _forward_encoder_attention(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, output: torch.Tensor, attn_metadata: FlashAttentionMetadata, layer: torch.nn.Module) -> torch.Tensor:
         ...

@@ -8,6 +8,7 @@ from vllm.config import CUDAGraphMode
 from vllm.config import VllmConfig
 from vllm.utils.flashinfer import can_use_trtllm_attention
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import get_num_attention_heads_from_layers

@@ -3,6 +3,7 @@
 
 from dataclasses import dataclass
 from functools import cached_property
+from torch.nn.attention.flex_attention import AuxRequest
 from torch.nn.attention.flex_attention import BlockMask
 from torch.nn.attention.flex_attention import _mask_mod_signature
 from torch.nn.attention.flex_attention import _score_mod_signature
@@ -13,10 +14,13 @@ from vllm.config import VllmConfig
 from vllm.utils.math_utils import cdiv
 from vllm.utils.torch_utils import is_torch_equal_or_newer
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.kv_cache_interface import AttentionSpec
 import torch
+import vllm.envs as envs
 
 
 @dataclass
@@ -268,7 +272,9 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder[FlexAttentionMetadat
         ...
 
     def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> FlexAttentionMetadata:
-        ...
+        assert common_attn_metadata.seq_lens_cpu_upper_bound is not None
+        common_attn_metadata.max_seq_len = int(common_attn_metadata.seq_lens_cpu_upper_bound.max().item())
+        return self.build(common_prefix_len=0, common_attn_metadata=common_attn_metadata)
 
     def _maybe_get_custom_mask_mod(self, layers) -> _mask_mod_signature | None:
         ...
@@ -278,3 +284,96 @@ class FlexAttentionMetadataBuilder(AttentionMetadataBuilder[FlexAttentionMetadat
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> FlexAttentionMetadata:
         ...
+
+
+class FlexAttentionImpl(AttentionImpl):
+    sliding_window: int | None
+    alibi_slopes: torch.Tensor | None
+    logits_soft_cap: float | None
+    mm_prefix_range: dict[int, list[tuple[int, int]]] | None = None
+    logical_mask_mod: _mask_mod_signature | None = None
+    block_sparsity_hint: BlockSparsityHint | None = None
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: AttentionType=AttentionType.DECODER, kv_sharing_target_layer_name: str | None=None, block_m: int | None=None, block_n: int | None=None, **kwargs) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.attn_type = attn_type
+        self.sliding_window = sliding_window
+        self.kv_cache_dtype = kv_cache_dtype
+        self.logits_soft_cap = logits_soft_cap
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+        self.block_m = 16 if envs.VLLM_BATCH_INVARIANT else None
+        self.block_n = 16 if envs.VLLM_BATCH_INVARIANT else None
+        self.out_transform = kwargs.get('out_transform')
+
+    @staticmethod
+    def view_as_4d(tensor: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        ...
+
+    def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: FlexAttentionMetadata, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError('fused output quantization is not yet supported for FlexAttentionImpl')
+        enable_gqa = self.num_kv_heads != self.num_heads
+        if attn_metadata is None:
+            return output.fill_(0)
+        num_actual_tokens = attn_metadata.num_actual_tokens
+        needs_rebuild_block_mask = False
+        if attn_metadata.sliding_window != self.sliding_window:
+            attn_metadata.sliding_window = self.sliding_window
+            if attn_metadata.direct_build:
+                attn_metadata.mask_mod = attn_metadata.get_mask_mod()
+            needs_rebuild_block_mask = True
+        if self.mm_prefix_range != getattr(attn_metadata, 'mm_prefix_range', None):
+            self.mm_prefix_range = attn_metadata.mm_prefix_range
+            attn_metadata.mask_mod = attn_metadata.get_mask_mod()
+            needs_rebuild_block_mask = True
+        layer_mask_mod = getattr(layer, 'logical_mask_mod', None)
+        if layer_mask_mod is not None and attn_metadata.logical_mask_mod is not layer_mask_mod:
+            attn_metadata.logical_mask_mod = layer_mask_mod
+            attn_metadata.mask_mod = attn_metadata.get_mask_mod()
+            needs_rebuild_block_mask = True
+        layer_hint = getattr(layer, 'block_sparsity_hint', None)
+        if layer_hint is not None and attn_metadata.block_sparsity_hint is not layer_hint:
+            attn_metadata.block_sparsity_hint = layer_hint
+            needs_rebuild_block_mask = True
+        if needs_rebuild_block_mask or attn_metadata.block_mask is None:
+            if attn_metadata.direct_build:
+                attn_metadata.block_mask = attn_metadata._build_block_mask_direct()
+            else:
+                attn_metadata.block_mask = attn_metadata.build_block_mask()
+        if self.attn_type == AttentionType.ENCODER_ONLY:
+            query, key_tensor, value_tensor = map(lambda x: self.view_as_4d(x).permute(0, 2, 1, 3), (query, key, value))
+            query = query[:, :, :num_actual_tokens, :]
+            if key_tensor.size(-2) > num_actual_tokens or value_tensor.size(-2) > num_actual_tokens:
+                key_tensor = key_tensor[:, :, :num_actual_tokens, :]
+                value_tensor = value_tensor[:, :, :num_actual_tokens, :]
+        else:
+            assert self.attn_type == AttentionType.DECODER
+            kv_cache = kv_cache.transpose(1, 2)
+            hs = self.head_size
+            key_cache, value_cache = kv_cache.split(hs, dim=-1)
+            key_cache = key_cache.view(-1, self.num_kv_heads, self.head_size)
+            value_cache = value_cache.view(-1, self.num_kv_heads, self.head_size)
+            query, key_tensor, value_tensor = map(lambda x: self.view_as_4d(x).permute(0, 2, 1, 3), (query, key_cache, value_cache))
+            query = query[:, :, :num_actual_tokens, :]
+        assert attn_metadata.block_mask is not None
+        block_m, block_n = attn_metadata.block_mask.BLOCK_SIZE
+        kernel_options = get_kernel_options(query, block_m, block_n, attn_metadata.direct_build)
+        if self.block_m is not None:
+            kernel_options['BLOCK_M'] = self.block_m
+        if self.block_n is not None:
+            kernel_options['BLOCK_N'] = self.block_n
+        if envs.VLLM_BATCH_INVARIANT:
+            kernel_options['IS_DIVISIBLE'] = False
+        out = flex_attention_compiled(query, key_tensor, value_tensor, attn_metadata.transformed_score_mod, attn_metadata.block_mask, self.scale, enable_gqa=enable_gqa, kernel_options=kernel_options, return_aux=AuxRequest(lse=True) if self.out_transform is not None else None)
+        if self.out_transform is not None:
+            out, aux = out
+            out = self.out_transform(out, aux.lse)
+        out = out.permute(0, 2, 1, 3).squeeze(0)
+        output[:num_actual_tokens, :, :].copy_(out)
+        return output

@@ -4,6 +4,7 @@
 from typing_extensions import override
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 from vllm.v1.attention.backend import CommonAttentionMetadata

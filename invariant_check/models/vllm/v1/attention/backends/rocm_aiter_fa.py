@@ -3,12 +3,18 @@
 
 from dataclasses import dataclass
 from typing import ClassVar
+from vllm._aiter_ops import rocm_aiter_ops
 from vllm.config import VllmConfig
+from vllm.platforms import current_platform
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import split_decodes_prefills_and_extends
 from vllm.v1.kv_cache_interface import AttentionSpec
+from vllm.v1.kv_cache_interface import is_quantized_kv_cache
 import torch
 
 
@@ -69,4 +75,151 @@ class AiterFlashAttentionMetadataBuilder(AttentionMetadataBuilder[AiterFlashAtte
         ...
 
     def build_for_drafting(self, common_attn_metadata: CommonAttentionMetadata, draft_index: int) -> AiterFlashAttentionMetadata:
+        ...
+
+
+class AiterFlashAttentionImpl(AttentionImpl):
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: AttentionType=AttentionType.DECODER, kv_sharing_target_layer_name: int | None=None, sinks: torch.Tensor | None=None) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.alibi_slopes = alibi_slopes
+        self.kv_cache_dtype = kv_cache_dtype
+        self.logits_soft_cap = logits_soft_cap
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.sinks = sinks
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+
+    def _get_kv_cache_descales(self, layer: AttentionLayer, num_decodes: int) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        ...
+
+    def extend_for_sliding_window(self, attn_metadata: AiterFlashAttentionMetadata, query: torch.Tensor, key_cache, value_cache, output: torch.Tensor, cu_seqlens_q: torch.Tensor, max_seqlen_q: int, block_table: torch.Tensor, k_scale: float, v_scale: float):
+        ...
+
+    def extend_forward(self, attn_metadata: AiterFlashAttentionMetadata, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor, output: torch.Tensor, cu_seqlens_q: torch.Tensor, max_seqlen_q: int, min_seqlen_q: int, max_seqlen_k: int, block_table: torch.Tensor, slot_mapping: torch.Tensor, k_scale: torch.Tensor, v_scale: torch.Tensor):
+        ...
+
+    def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor | None, value: torch.Tensor | None, kv_cache: torch.Tensor, attn_metadata: AiterFlashAttentionMetadata, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError('fused output quantization is not yet supported for AiterFlashAttentionImpl')
+        if attn_metadata is None:
+            return output.fill_(0)
+        num_actual_tokens = attn_metadata.num_actual_tokens
+        key_cache, value_cache = self._split_kv_cache(kv_cache)
+        if is_quantized_kv_cache(self.kv_cache_dtype):
+            key_cache = key_cache.view(current_platform.fp8_dtype())
+            value_cache = value_cache.view(current_platform.fp8_dtype())
+        query = query[:num_actual_tokens]
+        if key is not None:
+            key = key[:num_actual_tokens]
+        if value is not None:
+            value = value[:num_actual_tokens]
+        output_actual_tokens = output[:num_actual_tokens]
+        num_decodes = attn_metadata.num_decodes
+        num_prefills = attn_metadata.num_prefills
+        num_extends = attn_metadata.num_extends
+        num_decode_tokens = attn_metadata.num_decode_tokens
+        num_extend_tokens = attn_metadata.num_extend_tokens
+        if (self.kv_sharing_target_layer_name is not None or key is None) and (num_prefills > 0 or num_extends > 0):
+            shared = attn_metadata.kv_sharing_metadata
+            assert shared is not None
+            key, value = shared.workspace[:, :num_actual_tokens].unbind(0)
+            cp_mha_gather_cache(key_cache=key_cache, value_cache=value_cache, key=key[num_decode_tokens:], value=value[num_decode_tokens:], block_tables=attn_metadata.block_table[num_decodes:], k_scales=layer._k_scale, v_scales=layer._v_scale, cu_seqlens_kv=shared.query_start_loc, token_to_batch=shared.token_to_batch, seq_starts=shared.seq_starts, dequant=is_quantized_kv_cache(self.kv_cache_dtype), kv_cache_layout='SHUFFLE' if rocm_aiter_ops.is_shuffle_kv_cache_enabled() else 'NHD', total_tokens=num_actual_tokens - num_decode_tokens)
+        if num_prefills > 0:
+            assert attn_metadata.prefill_metadata is not None
+            assert key is not None and value is not None
+            prefill_query = query[num_decode_tokens + num_extend_tokens:]
+            prefill_key = key[num_decode_tokens + num_extend_tokens:]
+            prefill_value = value[num_decode_tokens + num_extend_tokens:]
+            rocm_aiter_ops.flash_attn_varlen_func(q=prefill_query, k=prefill_key, v=prefill_value, cu_seqlens_q=attn_metadata.prefill_metadata.query_start_loc, cu_seqlens_k=attn_metadata.prefill_metadata.query_start_loc, max_seqlen_q=attn_metadata.prefill_metadata.max_query_len, max_seqlen_k=attn_metadata.prefill_metadata.max_seq_len, min_seqlen_q=1, dropout_p=0.0, softmax_scale=self.scale, causal=attn_metadata.causal, window_size=self.sliding_window, alibi_slopes=self.alibi_slopes, out=output_actual_tokens[num_decode_tokens + num_extend_tokens:], sink_ptr=self.sinks)
+        if num_extends > 0:
+            assert attn_metadata.extend_metadata is not None
+            assert key is not None and value is not None
+            extend_tokens_slice = slice(num_decode_tokens, num_decode_tokens + num_extend_tokens)
+            extend_queries = query[extend_tokens_slice]
+            extend_keys = key[extend_tokens_slice]
+            extend_values = value[extend_tokens_slice]
+            extend_outputs = output[extend_tokens_slice]
+            k_scale = layer._k_scale
+            v_scale = layer._v_scale
+            self.extend_forward(attn_metadata=attn_metadata, query=extend_queries, key=extend_keys, value=extend_values, key_cache=key_cache, value_cache=value_cache, output=extend_outputs, cu_seqlens_q=attn_metadata.extend_metadata.query_start_loc, max_seqlen_q=attn_metadata.extend_metadata.max_query_len, min_seqlen_q=1, max_seqlen_k=attn_metadata.extend_metadata.max_seq_len, block_table=attn_metadata.block_table[num_decodes:num_decodes + num_extends], slot_mapping=attn_metadata.slot_mapping[num_decodes:num_decodes + num_extends], k_scale=k_scale, v_scale=v_scale)
+        if num_decodes > 0:
+            assert attn_metadata.decode_metadata is not None
+            decode_max_query_len = attn_metadata.decode_metadata.max_query_len
+            decode_md = attn_metadata.decode_metadata
+            use_swa_paged = self.sliding_window[0] != -1 and decode_max_query_len == 1 and (self.sinks is None) and (self.alibi_slopes is None) and (decode_md.swa_block_table is not None) and (self.head_size >= 64) and (not rocm_aiter_ops.is_shuffle_kv_cache_enabled())
+            if self.sliding_window[0] != -1 and (not use_swa_paged) or decode_max_query_len > 1 or self.sinks is not None:
+                k_descale, v_descale = self._get_kv_cache_descales(layer, num_decodes)
+                assert not rocm_aiter_ops.is_shuffle_kv_cache_enabled(), 'Shuffle KV cache layout is not supported with sliding window, sinks, or speculative decoding (multi-token decode).'
+                if not attn_metadata.causal:
+                    from aiter.ops.triton.attention.mha_v3 import flash_attn_with_kvcache
+                    decode_query = query[:num_decode_tokens].reshape(num_decodes, decode_max_query_len, query.shape[1], query.shape[2])
+                    decode_out = flash_attn_with_kvcache(q=decode_query, k_cache=key_cache, v_cache=value_cache, cache_seqlens=attn_metadata.seq_lens[:num_decodes], softmax_scale=self.scale, causal=attn_metadata.causal, window_size=self.sliding_window, softcap=self.logits_soft_cap, q_descale=None, k_descale=k_descale, v_descale=v_descale, page_table=attn_metadata.block_table[:num_decodes])
+                    output[:num_decode_tokens].copy_(decode_out.reshape(num_decode_tokens, query.shape[1], query.shape[2]))
+                else:
+                    from aiter.ops.triton.unified_attention import unified_attention
+                    unified_attention(q=query[:num_decode_tokens], k=key_cache, v=value_cache, out=output[:num_decode_tokens], cu_seqlens_q=attn_metadata.query_start_loc[:num_decodes + 1], max_seqlen_q=decode_max_query_len, seqused_k=attn_metadata.seq_lens[:num_decodes], max_seqlen_k=attn_metadata.max_seq_len, softmax_scale=self.scale, causal=True, alibi_slopes=self.alibi_slopes, window_size=self.sliding_window, block_table=attn_metadata.block_table[:num_decodes], softcap=self.logits_soft_cap, q_descale=None, k_descale=k_descale, v_descale=v_descale, sinks=self.sinks)
+                return
+            _MIN_HEAD_SIZE_FOR_LL4MI = 64
+            use_unified_attention = self.head_size < _MIN_HEAD_SIZE_FOR_LL4MI
+            if use_unified_attention:
+                k_descale, v_descale = self._get_kv_cache_descales(layer, num_decodes)
+                assert not rocm_aiter_ops.is_shuffle_kv_cache_enabled(), 'unified_attention fallback with shuffle layout is not supported yet.'
+                from aiter.ops.triton.unified_attention import unified_attention
+                decode_cu_seqlens_q = attn_metadata.query_start_loc[:num_decodes + 1]
+                unified_attention(q=query[:num_decode_tokens], k=key_cache, v=value_cache, out=output[:num_decode_tokens], cu_seqlens_q=decode_cu_seqlens_q, max_seqlen_q=1, seqused_k=attn_metadata.seq_lens[:num_decodes], max_seqlen_k=attn_metadata.max_seq_len, softmax_scale=self.scale, causal=True, alibi_slopes=self.alibi_slopes, window_size=self.sliding_window, block_table=attn_metadata.block_table[:num_decodes], softcap=self.logits_soft_cap, q_descale=None, k_descale=k_descale, v_descale=v_descale)
+            elif rocm_aiter_ops.is_shuffle_kv_cache_enabled():
+                _, num_heads, head_size = query.shape
+                num_blocks, block_size, num_kv_heads, _ = key_cache.shape
+                x = 16 // key_cache.element_size()
+                new_key_cache = key_cache.reshape(num_blocks, num_kv_heads, head_size // x, block_size, x)
+                new_value_cache = value_cache.reshape(num_blocks, num_kv_heads, block_size // x, head_size, x)
+                assert new_key_cache.stride(0) == num_kv_heads * head_size * block_size, 'paged_attention_common needs the K/V sides as dense planes; the resolved KV cache layout interleaves them within a block.'
+                num_seqs = attn_metadata.seq_lens.shape[0]
+                max_num_partitions = (attn_metadata.max_seq_len + _PARTITION_SIZE_ROCM - 1) // _PARTITION_SIZE_ROCM
+                tmp_out = torch.empty((num_seqs, num_heads, max_num_partitions, head_size), dtype=query.dtype, device=query.device)
+                exp_sums = torch.empty((num_seqs, num_heads, max_num_partitions), dtype=torch.float32, device=query.device)
+                max_logits = torch.empty_like(exp_sums)
+                k_qscale_asm = v_qscale_asm = None
+                if attn_metadata.k_scale is not None:
+                    assert attn_metadata.v_scale is not None
+                    k_qscale_asm = attn_metadata.k_scale[layer.layer_name]
+                    v_qscale_asm = attn_metadata.v_scale[layer.layer_name]
+                rocm_aiter_ops.paged_attention_common(Q=query[:num_decode_tokens], K=new_key_cache, V=new_value_cache, tmp_out=tmp_out, max_logits=max_logits, exp_sums=exp_sums, max_seq_len=attn_metadata.max_seq_len, block_tables=attn_metadata.block_table[:num_decodes], context_lens=attn_metadata.seq_lens[:num_decodes], block_tables_stride0=attn_metadata.block_table[:num_decodes].stride(0), scale=self.scale, K_QScale_hip=layer._k_scale, V_QScale_hip=layer._v_scale, K_QScale_asm=k_qscale_asm, V_QScale_asm=v_qscale_asm, out_=output[:num_decode_tokens], kv_cache_dtype=self.kv_cache_dtype)
+            else:
+                _, num_heads, head_size = query.shape
+                nbytes_per_qo_elem = torch.finfo(query.dtype).bits // 8
+                num_seqs = attn_metadata.seq_lens.shape[0]
+                if use_swa_paged:
+                    decode_block_table = decode_md.swa_block_table
+                    decode_seq_lens = decode_md.swa_seq_lens
+                    decode_max_seq_len = decode_md.swa_max_seq_len
+                else:
+                    decode_block_table = attn_metadata.block_table[:num_decodes]
+                    decode_seq_lens = attn_metadata.seq_lens[:num_decodes]
+                    decode_max_seq_len = attn_metadata.max_seq_len
+                max_num_partitions = (decode_max_seq_len + _PARTITION_SIZE_ROCM - 1) // _PARTITION_SIZE_ROCM
+                workspace_buffer = torch.empty(num_seqs * num_heads * max_num_partitions * head_size * nbytes_per_qo_elem + 2 * (num_seqs * num_heads * max_num_partitions) * 4, dtype=torch.uint8, device=output.device)
+                import aiter
+                torch.ops.aiter.paged_attention_v1(output[:num_decode_tokens], workspace_buffer, query[:num_decode_tokens], key_cache, value_cache, self.scale, decode_block_table, attn_metadata.query_start_loc[:num_decodes], decode_seq_lens, decode_max_seq_len, self.alibi_slopes, self.kv_cache_dtype, 'NHD', self.logits_soft_cap, layer._k_scale, layer._v_scale, None, _PARTITION_SIZE_ROCM, 1, self.sliding_window[0] + 1)
+        return output
+
+    def _split_kv_cache(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def do_kv_cache_update(self, layer: AttentionLayer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
+        ...
+
+    def fused_rope_kvcache_supported(self):
+        ...
+
+    def fused_qk_norm_rope_kvcache_supported(self):
+        ...
+
+    def do_qk_norm_rope_kvcache_update(self, layer: AttentionLayer, qkv: torch.Tensor, q_out: torch.Tensor, k_out: torch.Tensor, positions: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, rms_norm_eps: float, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
+        ...
+
+    def do_rope_and_kv_cache_update(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
         ...

@@ -4,6 +4,7 @@
 from typing import ClassVar
 from vllm.config import VllmConfig
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
@@ -28,4 +29,15 @@ class RocmOctaveMetadataBuilder(AttentionMetadataBuilder[RocmOctaveMetadata]):
 
     @staticmethod
     def _fill_query_maps(md: RocmOctaveMetadata) -> None:
-        ...
+        n = md.num_actual_tokens
+        num_reqs = md.query_start_loc.shape[0] - 1
+        if n == 0 or num_reqs == 0:
+            return
+        idx = torch.arange(n, dtype=torch.int32, device=md.q_to_req.device)
+        qsl = md.query_start_loc.to(torch.int32)
+        req = torch.searchsorted(qsl[1:], idx, right=True).to(torch.int32)
+        r = req.clamp(max=num_reqs - 1).long()
+        q_lens = qsl[1:] - qsl[:-1]
+        klen = md.seq_lens.to(torch.int32)[r] - q_lens[r] + (idx - qsl[r]) + 1
+        md.q_to_req.copy_(req)
+        md.q_to_klen.copy_(torch.where(req < num_reqs, klen, 0))

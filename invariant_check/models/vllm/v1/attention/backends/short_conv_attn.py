@@ -4,9 +4,12 @@
 from typing import Any
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.mamba.checkpoint import MambaPrefillCheckpointBuilder
+from vllm.utils.torch_utils import async_tensor_h2d
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.mamba_attn import BaseMambaAttentionMetadataBuilder
+from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
+from vllm.v1.attention.backends.utils import mamba_get_block_table_tensor
 from vllm.v1.kv_cache_interface import MambaSpec
 import torch
 
@@ -39,7 +42,111 @@ class PleShortConvAttentionMetadataBuilder(ShortConvAttentionMetadataBuilder):
         ...
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False, *, num_accepted_tokens: torch.Tensor | None=None, num_decode_draft_tokens_cpu: torch.Tensor | None=None, **kwargs: Any) -> PleShortConvAttentionMetadata:
-        ...
+        m = common_attn_metadata
+        spec_sequence_masks_cpu: torch.Tensor | None = None
+        if self.use_spec_decode and num_decode_draft_tokens_cpu is not None:
+            candidate_mask = num_decode_draft_tokens_cpu[:m.num_reqs] >= 0
+            if bool(candidate_mask.any().item()):
+                spec_sequence_masks_cpu = candidate_mask
+        if spec_sequence_masks_cpu is None:
+            return self._build_non_spec_metadata(common_prefix_len, common_attn_metadata, fast_build, num_decode_draft_tokens_cpu, **kwargs)
+        del common_prefix_len, fast_build, kwargs
+        query_start_loc = m.query_start_loc
+        query_start_loc_cpu = m.query_start_loc_cpu
+        query_lens_cpu = torch.diff(query_start_loc_cpu)
+        block_table_tensor = mamba_get_block_table_tensor(m.block_table_tensor, m.seq_lens, self.kv_cache_spec, self.vllm_config.cache_config.mamba_cache_mode)
+        if query_start_loc.device.type == 'cpu':
+            spec_sequence_masks = spec_sequence_masks_cpu
+        else:
+            spec_sequence_masks = async_tensor_h2d(spec_sequence_masks_cpu, device=query_start_loc.device)
+        has_initial_states_p = None
+        has_initial_states_d = None
+        non_spec_mask_cpu = ~spec_sequence_masks_cpu
+        decode_mask_cpu = non_spec_mask_cpu & (query_lens_cpu == 1)
+        prefill_mask_cpu = non_spec_mask_cpu & (query_lens_cpu > 1)
+        num_spec_decodes = int(spec_sequence_masks_cpu.sum().item())
+        num_decodes = int(decode_mask_cpu.sum().item())
+        num_prefills = int(prefill_mask_cpu.sum().item())
+        num_decode_tokens = num_decodes
+        num_prefill_tokens = int(query_lens_cpu[prefill_mask_cpu].sum().item())
+        num_spec_decode_tokens = int(query_lens_cpu[spec_sequence_masks_cpu].sum().item())
+        max_prefill_query_len = int(query_lens_cpu[prefill_mask_cpu].max().item()) if num_prefills > 0 else 0
+        assert num_accepted_tokens is not None
+        non_spec_req_idx: torch.Tensor | None = None
+        if num_decodes == 0 and num_prefills == 0:
+            spec_token_indx = None
+            non_spec_token_indx = None
+            spec_state_indices_tensor = block_table_tensor[:num_spec_decodes, 0]
+            num_accepted_tokens = num_accepted_tokens[:num_spec_decodes]
+            non_spec_state_indices_tensor = None
+            spec_query_start_loc = query_start_loc[:num_spec_decodes + 1]
+            non_spec_query_start_loc = None
+        else:
+            query_lens = torch.diff(query_start_loc)
+            spec_req_idx_cpu = spec_sequence_masks_cpu.nonzero(as_tuple=True)[0]
+            decode_req_idx_cpu = decode_mask_cpu.nonzero(as_tuple=True)[0]
+            prefill_req_idx_cpu = prefill_mask_cpu.nonzero(as_tuple=True)[0]
+            non_spec_req_idx_cpu = torch.cat((decode_req_idx_cpu, prefill_req_idx_cpu))
+            spec_req_idx = async_tensor_h2d(spec_req_idx_cpu, device=query_start_loc.device)
+            non_spec_req_idx = async_tensor_h2d(non_spec_req_idx_cpu, device=query_start_loc.device)
+            decode_req_idx = async_tensor_h2d(decode_req_idx_cpu, device=query_start_loc.device)
+            req_group = torch.full((m.num_reqs,), 2, dtype=torch.int64, device=query_start_loc.device)
+            req_group.index_fill_(0, spec_req_idx, 0)
+            req_group.index_fill_(0, decode_req_idx, 1)
+            token_group = torch.repeat_interleave(req_group, query_lens, output_size=int(query_start_loc_cpu[-1]))
+            token_perm = torch.argsort(token_group, stable=True)
+            spec_token_indx = token_perm[:num_spec_decode_tokens]
+            non_spec_token_indx = token_perm[num_spec_decode_tokens:]
+            spec_state_indices_tensor = block_table_tensor[spec_req_idx, 0]
+            num_accepted_tokens = num_accepted_tokens[spec_req_idx]
+            non_spec_state_indices_tensor = block_table_tensor[non_spec_req_idx, 0]
+            spec_query_start_loc = torch.zeros(num_spec_decodes + 1, dtype=torch.int32, device=query_start_loc.device)
+            torch.cumsum(query_lens[spec_req_idx], dim=0, out=spec_query_start_loc[1:])
+            non_spec_query_start_loc = torch.zeros(num_decodes + num_prefills + 1, dtype=torch.int32, device=query_start_loc.device)
+            torch.cumsum(query_lens[non_spec_req_idx], dim=0, out=non_spec_query_start_loc[1:])
+        checkpoint = None
+        if num_prefills > 0:
+            checkpoint = self.checkpoint_builder.build(m, non_spec_req_idx_cpu.tolist())
+        if non_spec_state_indices_tensor is None:
+            state_indices_tensor = block_table_tensor[:0, 0]
+        else:
+            state_indices_tensor = non_spec_state_indices_tensor
+        query_start_loc_p = None
+        query_start_loc_d = None
+        state_indices_tensor_p = None
+        state_indices_tensor_d = None
+        if num_decodes > 0 or num_prefills > 0:
+            num_computed_tokens = m.compute_num_computed_tokens()
+            assert non_spec_req_idx is not None
+            num_computed_tokens = num_computed_tokens[non_spec_req_idx]
+            state_indices_tensor_d = state_indices_tensor[:num_decodes]
+            state_indices_tensor_p = state_indices_tensor[num_decodes:num_decodes + num_prefills]
+            if num_decodes > 0:
+                has_initial_states_d = num_computed_tokens[:num_decodes] > 0
+                assert non_spec_query_start_loc is not None
+                query_start_loc_d = non_spec_query_start_loc[:num_decodes + 1]
+            if num_prefills > 0:
+                has_initial_states_p = num_computed_tokens[num_decodes:num_decodes + num_prefills] > 0
+                assert non_spec_query_start_loc is not None
+                query_start_loc_p = non_spec_query_start_loc[num_decodes:] - num_decode_tokens
+        batch_size = m.num_reqs
+        if self.use_full_cuda_graph and num_prefills == 0 and (num_decodes == 0) and (spec_sequence_masks is not None) and (num_spec_decodes <= self.decode_cudagraph_max_bs) and (num_spec_decode_tokens <= self.decode_cudagraph_max_tokens):
+            assert spec_state_indices_tensor is not None
+            self.spec_state_indices_tensor[:num_spec_decodes].copy_(spec_state_indices_tensor, non_blocking=True)
+            spec_state_indices_tensor = self.spec_state_indices_tensor[:batch_size]
+            spec_state_indices_tensor[num_spec_decodes:].fill_(NULL_BLOCK_ID)
+            self.spec_sequence_masks[:batch_size].copy_(spec_sequence_masks[:batch_size], non_blocking=True)
+            spec_sequence_masks = self.spec_sequence_masks[:batch_size]
+            assert spec_query_start_loc is not None
+            self.spec_query_start_loc[:num_spec_decodes + 1].copy_(spec_query_start_loc, non_blocking=True)
+            spec_num_query_tokens = spec_query_start_loc[-1]
+            spec_query_start_loc = self.spec_query_start_loc[:batch_size + 1]
+            spec_query_start_loc[num_spec_decodes + 1:].fill_(spec_num_query_tokens)
+            assert num_accepted_tokens is not None
+            self.num_accepted_tokens[:num_spec_decodes].copy_(num_accepted_tokens, non_blocking=True)
+            num_accepted_tokens = self.num_accepted_tokens[:batch_size]
+            num_accepted_tokens[num_spec_decodes:].fill_(1)
+        return PleShortConvAttentionMetadata(num_prefills=num_prefills, num_prefill_tokens=num_prefill_tokens, num_decodes=num_decodes, num_decode_tokens=num_decode_tokens, num_reqs=m.num_reqs, num_spec_decodes=num_spec_decodes, num_spec_decode_tokens=num_spec_decode_tokens, num_actual_tokens=m.num_actual_tokens, spec_query_len=self.num_spec + 1, max_prefill_query_len=max_prefill_query_len, query_start_loc=query_start_loc, state_indices_tensor=state_indices_tensor, has_initial_states_p=has_initial_states_p, has_initial_states_d=has_initial_states_d, non_spec_query_start_loc=non_spec_query_start_loc, spec_query_start_loc=spec_query_start_loc, spec_state_indices_tensor=spec_state_indices_tensor, spec_sequence_masks=spec_sequence_masks, spec_token_indx=spec_token_indx, non_spec_token_indx=non_spec_token_indx, num_accepted_tokens=num_accepted_tokens, num_decode_draft_tokens_cpu=num_decode_draft_tokens_cpu, query_start_loc_p=query_start_loc_p, query_start_loc_d=query_start_loc_d, state_indices_tensor_p=state_indices_tensor_p, state_indices_tensor_d=state_indices_tensor_d, seq_lens=m.seq_lens, checkpoint=checkpoint)
 
     def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> PleShortConvAttentionMetadata:
         ...

@@ -3,7 +3,9 @@
 
 from dataclasses import dataclass
 from vllm.config import VllmConfig
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.kv_cache_interface import AttentionSpec
@@ -64,4 +66,24 @@ class TreeAttentionMetadataBuilder(AttentionMetadataBuilder[TreeAttentionMetadat
         ...
 
     def build_for_drafting(self, common_attn_metadata: CommonAttentionMetadata, draft_index: int) -> TreeAttentionMetadata:
+        ...
+
+
+class TreeAttentionImpl(AttentionImpl):
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: AttentionType=AttentionType.DECODER, kv_sharing_target_layer_name: str | None=None) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.alibi_slopes = alibi_slopes
+        self.logits_soft_cap = logits_soft_cap
+
+    def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        ...
+
+    def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: TreeAttentionMetadata, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
         ...

@@ -5,11 +5,17 @@ from dataclasses import dataclass
 from typing import ClassVar
 from vllm.config import CUDAGraphMode
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.quantization.utils.quant_utils import QuantKey
+from vllm.platforms import current_platform
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.utils import get_num_attention_heads_from_layers
 from vllm.v1.kv_cache_interface import AttentionSpec
+from vllm.v1.kv_cache_interface import get_kv_quant_mode
 import torch
 
 
@@ -63,4 +69,53 @@ class TritonAttentionMetadataBuilder(AttentionMetadataBuilder[TritonAttentionMet
         ...
 
     def update_draft_decode_metadata(self, _metadata: TritonAttentionMetadata) -> None:
+        ...
+
+
+class TritonAttentionImpl(AttentionImpl):
+    _k_scale_cache: torch.Tensor | None = None
+    _v_scale_cache: torch.Tensor | None = None
+
+    def _ensure_scale_caches(self, kv_cache: torch.Tensor) -> None:
+        ...
+
+    def fused_output_quant_supported(self, quant_key: QuantKey):
+        ...
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None=None, attn_type: AttentionType=AttentionType.DECODER, kv_sharing_target_layer_name: int | None=None, sinks: torch.Tensor | None=None, use_alibi_sqrt: bool=False, chunk_lookback: int=-1) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.alibi_slopes = alibi_slopes
+        self.kv_cache_dtype = kv_cache_dtype
+        self.logits_soft_cap = logits_soft_cap
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.num_queries_per_kv = self.num_heads // self.num_kv_heads
+        self.attn_type = attn_type
+        self.fp8_dtype = current_platform.fp8_dtype()
+        self.sinks = sinks
+        self.use_alibi_sqrt = use_alibi_sqrt
+        self.chunk_lookback = chunk_lookback
+        self.supports_quant_query_input = current_platform.is_cuda()
+        self._kv_quant_mode = get_kv_quant_mode(kv_cache_dtype)
+        self._is_per_token_head_quant = self._kv_quant_mode.is_per_token_head
+        self._set_kv_ptr_range = current_platform.is_rocm()
+
+    def forward(self, layer: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: TritonAttentionMetadata, output: torch.Tensor, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def _pth_key_value_caches(self, kv_cache: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def _forward_encoder_attention(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, output: torch.Tensor, attn_metadata: TritonAttentionMetadata, layer: torch.nn.Module) -> torch.Tensor:
+        ...
+
+    def do_kv_cache_update(self, layer: AttentionLayer, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor):
+        ...
+
+    def fused_rope_kvcache_supported(self):
+        ...
+
+    def do_rope_and_kv_cache_update(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool, kv_cache: torch.Tensor, layer_slot_mapping: torch.Tensor):
         ...

@@ -2,10 +2,24 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from dataclasses import dataclass
+from typing import Any
+from typing import ClassVar
+from vllm.model_executor.layers.quantization.turboquant.centroids import get_centroids
+from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionImpl
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backend import AttentionMetadataBuilder
+from vllm.v1.attention.backend import AttentionType
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends.fa_utils import get_flash_attn_version
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
+from vllm.v1.attention.ops.flydsl_turboquant_decode import is_flydsl_available
+from vllm.v1.kv_cache_interface import AttentionSpec
+from vllm.v1.worker.workspace import current_workspace_manager
+from vllm.v1.worker.workspace import is_workspace_manager_initialized
+import contextlib
+import math
 import torch
 
 
@@ -23,3 +37,99 @@ class TurboQuantMetadata(AttentionMetadata):
     num_decode_tokens: int = 0
     query_start_loc_cpu: torch.Tensor | None = None
     seq_lens_cpu: torch.Tensor | None = None
+
+
+class TurboQuantMetadataBuilder(AttentionMetadataBuilder[TurboQuantMetadata]):
+    kv_cache_spec: AttentionSpec
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_BATCH
+
+    def __init__(self, kv_cache_spec, layer_names, vllm_config, device):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+    def _reserve_workspace(self) -> None:
+        ...
+
+    def build_for_cudagraph_capture(self, common_attn_metadata: CommonAttentionMetadata) -> TurboQuantMetadata:
+        ...
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        ...
+
+
+class TurboQuantAttentionImpl(AttentionImpl['TurboQuantMetadata']):
+    supports_quant_query_input: bool = False
+    _arange_cache: torch.Tensor
+    _cu_2: torch.Tensor
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int | None=None, alibi_slopes: list[float] | None=None, sliding_window: int | None=None, kv_cache_dtype: str='auto', logits_soft_cap: float | None=None, attn_type: str=AttentionType.DECODER, kv_sharing_target_layer_name: str | None=None, **kwargs):
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = scale
+        self.num_kv_heads = num_kv_heads if num_kv_heads is not None else num_heads
+        self.num_kv_groups = num_heads // self.num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.tq_config = TurboQuantConfig.from_cache_dtype(kv_cache_dtype, head_size)
+        self._mse_bytes = math.ceil(head_size * cfg.key_mse_bits / 8) if not cfg.key_fp8 else head_size
+        self._val_data_bytes = math.ceil(head_size * cfg.effective_value_quant_bits / 8)
+        self._n_centroids = cfg.n_centroids if not cfg.key_fp8 else 1
+        self.fa_version = get_flash_attn_version(head_size=head_size)
+        self.max_num_kv_splits = vllm_config.attention_config.tq_max_kv_splits_for_cuda_graph
+        self.sliding_window = sliding_window
+        self.sinks = kwargs.get('sinks')
+        self._max_model_len = vllm_config.model_config.max_model_len
+        self._use_flydsl = is_flydsl_available()
+        self._soa_store = self._use_flydsl
+
+    def _flash_attn_varlen(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int) -> torch.Tensor:
+        ...
+
+    def _ensure_on_device(self, layer, device):
+        if self._soa_store:
+            _max_len = self._max_model_len
+            _already_ok = hasattr(self, '_arange_cache') and self._arange_cache.device.type == str(device).split(':')[0] and (self._arange_cache.shape[0] >= _max_len + 2)
+            if not _already_ok:
+                self._arange_cache = torch.arange(0, _max_len + 2, device=device, dtype=torch.int32)
+            if not hasattr(self, '_cu_2') or self._cu_2.device != torch.device(device):
+                self._cu_2 = torch.zeros(2, device=device, dtype=torch.int32)
+            if is_workspace_manager_initialized() and (not current_workspace_manager().is_locked()):
+                B_max = self._max_capture_batch_size()
+                D = self.head_size
+                Hq = self.num_heads
+                S = self.max_num_kv_splits
+                _pre_warm_bytes = B_max * Hq * (S * (D + 1) + D) * 4 + B_max * Hq * D * 2 + 512
+                with contextlib.suppress(AssertionError):
+                    current_workspace_manager().get_simultaneous(((_pre_warm_bytes,), torch.uint8))
+        if not hasattr(layer, '_tq_cached'):
+            D = self.head_size
+            H = _build_hadamard(D, str(device))
+            layer._tq_PiT = H
+            layer._tq_Pi = H
+            layer._tq_Pi_half = H.to(torch.float16)
+            layer._tq_centroids = get_centroids(D, self.tq_config.centroid_bits).to(device=device, dtype=torch.float32)
+            c_sorted, _ = layer._tq_centroids.sort()
+            layer._tq_midpoints = (c_sorted[:-1] + c_sorted[1:]) / 2
+            layer._tq_cached = True
+
+    def _max_capture_batch_size(self) -> int:
+        ...
+
+    def do_kv_cache_update(self, layer: torch.nn.Module, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        ...
+
+    def forward(self, layer: AttentionLayer, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: 'TurboQuantMetadata', output: torch.Tensor | None=None, output_scale: torch.Tensor | None=None, output_block_scale: torch.Tensor | None=None) -> torch.Tensor:
+        ...
+
+    def _store_kv(self, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, slot_mapping: torch.Tensor, layer: Any):
+        ...
+
+    def _prefill_attention(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: TurboQuantMetadata, Pi: torch.Tensor, centroids: torch.Tensor, PiT: torch.Tensor | None=None, layer: Any=None) -> torch.Tensor:
+        ...
+
+    def _continuation_prefill(self, layer: Any, query: torch.Tensor, key_chunk: torch.Tensor, val_chunk: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor, cached_len: int, seq_len: int, Pi: torch.Tensor, centroids: torch.Tensor) -> torch.Tensor:
+        ...
+
+    def _decode_attention(self, query: torch.Tensor, kv_cache: torch.Tensor, attn_metadata: TurboQuantMetadata, Pi: torch.Tensor, centroids: torch.Tensor, PiT: torch.Tensor | None=None, layer: torch.nn.Module | None=None) -> torch.Tensor:
+        ...
+
+    def _dispatch_decode_soa(self, **kwargs):
+        ...

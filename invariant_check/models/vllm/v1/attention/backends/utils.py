@@ -3,6 +3,7 @@
 
 from collections.abc import Callable
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
+from vllm.v1.attention.backend import AttentionImpl
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backend import CommonAttentionMetadata
 import torch
@@ -13,26 +14,7 @@ def make_local_attention_virtual_batches(attn_chunk_size: int, common_attn_metad
 
 
 def make_kv_sharing_fast_prefill_common_attn_metadata(common_attn_metadata: CommonAttentionMetadata) -> CommonAttentionMetadata:
-    if common_attn_metadata.max_query_len == 1:
-        return common_attn_metadata
-    if common_attn_metadata.logits_indices_padded is None or common_attn_metadata.num_logits_indices is None:
-        return common_attn_metadata
-    logits_indices_padded = common_attn_metadata.logits_indices_padded
-    num_logits_indices = common_attn_metadata.num_logits_indices
-    logits_indices = logits_indices_padded[:num_logits_indices]
-    num_reqs = common_attn_metadata.num_reqs
-    query_start_loc = common_attn_metadata.query_start_loc
-    request_ids = torch.bucketize(logits_indices, query_start_loc[1:], right=True)
-    num_decode_tokens = torch.zeros(num_reqs, dtype=request_ids.dtype, device=request_ids.device)
-    num_decode_tokens.scatter_add_(0, request_ids.to(num_decode_tokens.dtype), torch.ones_like(request_ids))
-    decode_query_start_loc = torch.empty(num_reqs + 1, device=query_start_loc.device, dtype=query_start_loc.dtype)
-    decode_query_start_loc[:1].fill_(0)
-    decode_query_start_loc[1:] = torch.cumsum(num_decode_tokens, dim=0)
-    total_num_decode_tokens = num_logits_indices
-    decode_max_query_len = common_attn_metadata.max_logits_per_req
-    assert decode_max_query_len is not None
-    common_attn_metadata = CommonAttentionMetadata(query_start_loc=decode_query_start_loc, query_start_loc_cpu=decode_query_start_loc.to('cpu', non_blocking=True), seq_lens=common_attn_metadata.seq_lens, num_reqs=num_reqs, num_actual_tokens=total_num_decode_tokens, max_query_len=decode_max_query_len, max_seq_len=common_attn_metadata.max_seq_len, block_table_tensor=common_attn_metadata.block_table_tensor, slot_mapping=common_attn_metadata.slot_mapping, causal=True, seq_lens_cpu_upper_bound=common_attn_metadata.seq_lens_cpu_upper_bound)
-    return common_attn_metadata
+    ...
 
 
 def split_decodes_prefills_and_extends(common_attn_metadata: CommonAttentionMetadata, decode_threshold: int=1) -> tuple[int, int, int, int, int, int]:

@@ -6,25 +6,4 @@ import torch
 
 
 def zentorch_sdpa_attn(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, output: torch.Tensor, attn_metadata: CPUAttentionMetadata, scale: float, sliding_window: int=-1, alibi_slopes: torch.Tensor | None=None) -> torch.Tensor:
-    if alibi_slopes is not None and query.dtype == torch.bfloat16:
-        out32 = torch.empty_like(query, dtype=torch.float32)
-        zentorch_sdpa_attn(query.float(), key.float(), value.float(), out32, attn_metadata, scale, sliding_window, alibi_slopes)
-        output.copy_(out32.to(dtype=output.dtype))
-        return output
-    window = -1 if sliding_window in (None, -1) else sliding_window - 1
-    query = query.movedim(0, query.dim() - 2)
-    key = key.movedim(0, key.dim() - 2)
-    value = value.movedim(0, value.dim() - 2)
-    start_loc = attn_metadata.query_start_loc.numpy()
-    seq_lens = start_loc[1:] - start_loc[:-1]
-    if len(seq_lens) > 0 and (seq_lens == seq_lens[0]).all():
-        batch_size = len(seq_lens)
-        seq_len = int(seq_lens[0])
-
-        def _packed_hsd_to_bhsd(tensor: torch.Tensor) -> torch.Tensor:
-            return tensor.unflatten(1, (batch_size, seq_len)).permute(1, 0, 2, 3)
-        torch.ops.zentorch.zentorch_sdpa_attn(_packed_hsd_to_bhsd(query), _packed_hsd_to_bhsd(key), _packed_hsd_to_bhsd(value), output.unflatten(0, (batch_size, seq_len)).permute(0, 2, 1, 3), scale=scale, is_causal=attn_metadata.causal, alibi_slopes=alibi_slopes, left_window_size=window, right_window_size=window)
-        return output
-    for start_q, end_q in zip(start_loc[:-1], start_loc[1:], strict=True):
-        torch.ops.zentorch.zentorch_sdpa_attn(query[None, :, start_q:end_q, :], key[None, :, start_q:end_q, :], value[None, :, start_q:end_q, :], output[start_q:end_q, :, :].movedim(0, 1).unsqueeze(0), scale=scale, is_causal=attn_metadata.causal, alibi_slopes=alibi_slopes, left_window_size=window, right_window_size=window)
-    return output
+    ...

@@ -3,3 +3,4 @@
 
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.worker.utils import AttentionGroup

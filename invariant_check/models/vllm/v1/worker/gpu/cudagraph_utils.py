@@ -6,7 +6,11 @@ from vllm.v1.kv_cache_interface import KVCacheConfig
 from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.input_batch import InputBatch
 from vllm.v1.worker.gpu.input_batch import set_dummy_context
+from vllm.v1.worker.gpu.model_runner import GPUModelRunner
 from vllm.v1.worker.gpu.model_states.interface import ModelState
+from vllm.v1.worker.gpu.pcp_manager import PCPManager
+from vllm.v1.worker.gpu.ubatch_utils import UBatchRunner
+from vllm.v1.worker.utils import AttentionGroup
 import torch
 
 

@@ -6,6 +6,12 @@ from vllm.v1.attention.backends.mla.indexer import DeepseekV32IndexerMetadata
 import torch
 
 
+class Gfx942SparseAttnIndexer(SparseAttnIndexer):
+
+    def forward_hip(self, hidden_states: torch.Tensor, q_quant: torch.Tensor | tuple[torch.Tensor, torch.Tensor], k: torch.Tensor | None, weights: torch.Tensor):
+        ...
+
+
 def _decode_step(meta: DeepseekV32IndexerMetadata, num_tokens: int, kv_cache: torch.Tensor, q_fp8: torch.Tensor, weights: torch.Tensor, topk_tokens: int, max_model_len: int, topk_indices_buffer: torch.Tensor, compress_ratio: int, candidate_blocks: torch.Tensor | None, candidate_block_size: int, candidate_write: bool) -> torch.Tensor:
     ...
 

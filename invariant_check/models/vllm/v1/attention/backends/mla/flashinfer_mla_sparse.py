@@ -3,9 +3,13 @@
 
 from typing import ClassVar
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonImpl
 from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadataBuilder
 from vllm.model_executor.models.deepseek_v2 import Indexer
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionLayer
+from vllm.v1.attention.backend import MLAAttentionImpl
+from vllm.v1.attention.backends.mla.index_group import HiSparseMLAIndexGroup
 from vllm.v1.kv_cache_interface import AttentionSpec
 import torch
 
@@ -16,3 +20,30 @@ class FlashInferMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[FlashInf
 
     def __init__(self, kv_cache_spec: AttentionSpec, layer_names: list[str], vllm_config: VllmConfig, device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+
+
+class FlashInferMLASparseImpl(SparseMLACommonImpl[FlashInferMLASparseMetadata]):
+    can_return_lse_for_decode: bool = True
+    supports_dcp: bool = True
+    lse_base_on_e: bool = False
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, topk_indices_buffer: torch.Tensor | None=None, indexer: 'Indexer | None'=None, **mla_args) -> None:
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype, logits_soft_cap, attn_type, kv_sharing_target_layer_name, indexer=indexer, topk_indices_buffer=topk_indices_buffer, **mla_args)
+        self._workspace_buffer: torch.Tensor | None = None
+        self.bmm1_scale: float | None = None
+        self.bmm2_scale: float | None = None
+        self.is_nope_mla = self.qk_rope_head_dim == 0
+        self.supports_quant_query_input = True
+
+    def _prepare_mqa_kernel(self, layer: AttentionLayer, device: torch.device) -> None:
+        ...
+
+    def autotune_hisparse_decode(self, layer: AttentionLayer) -> None:
+        ...
+
+    def _forward_mqa_kernel(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_cache: torch.Tensor, topk_indices: torch.Tensor, seq_lens: torch.Tensor, *, layer: AttentionLayer, block_size: int, is_decode: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    @staticmethod
+    def _normalize_lse(lse: torch.Tensor, num_tokens: int, num_heads: int) -> torch.Tensor:
+        ...

@@ -2,13 +2,19 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from typing import ClassVar
+from vllm import _custom_ops as ops
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonImpl
 from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadataBuilder
 from vllm.model_executor.models.deepseek_v2 import Indexer
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends.mla.index_group import HiSparseMLAIndexGroup
 from vllm.v1.kv_cache_interface import AttentionSpec
+from vllm.v1.worker.workspace import current_workspace_manager
 import torch
+import torch.nn.functional as F
 
 
 class FlashMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[FlashMLASparseMetadata]):
@@ -38,3 +44,74 @@ class FlashMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[FlashMLASpars
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> FlashMLASparseMetadata:
         ...
+
+
+class FlashMLASparseImpl(SparseMLACommonImpl[FlashMLASparseMetadata]):
+    can_return_lse_for_decode: bool = True
+    supports_dcp: bool = True
+    supports_mtp_with_cp_non_trivial_interleave_size: bool = True
+
+    @staticmethod
+    def _compute_fp8_decode_padded_heads(num_heads: int) -> int:
+        ...
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, topk_indices_buffer: torch.Tensor | None=None, indexer: 'Indexer | None'=None, **mla_args) -> None:
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype, logits_soft_cap, attn_type, kv_sharing_target_layer_name, indexer=indexer, topk_indices_buffer=topk_indices_buffer, **mla_args)
+        self.softmax_scale = scale
+        self.prefill_padding = 64
+        self.fp8_decode_padded_heads = self._compute_fp8_decode_padded_heads(num_heads)
+        self.q_head_size = head_size
+        self.pcp_dcp_kv_gather = False
+        self.workspace_specs: list[tuple[tuple[int, ...], torch.dtype]] = [(q_concat_shape, torch.bfloat16)]
+
+    def _forward_bf16_kv(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, attn_metadata: FlashMLASparseMetadata, actual_num_heads: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    def _gather_prefill_chunk(self, chunk: 'FlashMLASparseMetadata.FP8SeparatePrefillDecode.Prefill.Chunk', shard: torch.Tensor, topk_indices: torch.Tensor, attn_metadata: FlashMLASparseMetadata, prefill_meta: 'FlashMLASparseMetadata.FP8SeparatePrefillDecode.Prefill') -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ...
+
+    def _forward_fp8_kv_separate_prefill_decode(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, attn_metadata: FlashMLASparseMetadata) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    def _forward_fp8_kv_mixed_batch(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, attn_metadata: FlashMLASparseMetadata, kernel_metadata: 'FlashMLASparseMetadata.FP8KernelMetadata | None'=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    def _fp8_flash_mla_kernel(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, kernel_metadata: FlashMLASparseMetadata.FP8KernelMetadata) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def _host_backed_fp8_decode(self, q: torch.Tensor, topk_indices: torch.Tensor, attn_metadata: FlashMLASparseMetadata, kernel_metadata: FlashMLASparseMetadata.FP8KernelMetadata, num_decodes: int) -> torch.Tensor:
+        ...
+
+    def _bf16_flash_mla_kernel(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, topk_length: torch.Tensor | None=None, actual_num_heads: int | None=None, out: torch.Tensor | None=None) -> tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: FlashMLASparseMetadata, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+        actual_num_heads = self.num_heads
+        if isinstance(q, tuple):
+            ql_nope, q_pe = q
+            q_concat_buffer, *_ = current_workspace_manager().get_simultaneous(*self.workspace_specs)
+            q = q_concat_buffer[:ql_nope.shape[0]]
+            if q_pe.size(-1) == 0:
+                q[:, :ql_nope.shape[1], :self.kv_lora_rank].copy_(ql_nope)
+                if self.q_head_size > self.kv_lora_rank:
+                    q[..., self.kv_lora_rank:].zero_()
+            else:
+                ops.concat_mla_q(ql_nope, q_pe, q)
+        else:
+            actual_num_heads = q.shape[1]
+            if q.shape[-1] < self.q_head_size:
+                q = F.pad(q, (0, self.q_head_size - q.shape[-1]))
+        num_actual_toks = q.shape[0]
+        assert self.topk_indices_buffer is not None
+        topk_indices = self.topk_indices_buffer[:num_actual_toks]
+        use_fp8_cache = self.kv_cache_dtype in QUANTIZED_DS_MLA_CACHE_FORMATS
+        lse: torch.Tensor | None = None
+        if not use_fp8_cache:
+            attn_out, bf16_lse = self._forward_bf16_kv(q, kv_c_and_k_pe_cache, topk_indices, attn_metadata, actual_num_heads)
+            if self.need_to_return_lse_for_decode:
+                lse = bf16_lse
+        elif attn_metadata.fp8_use_mixed_batch:
+            attn_out, lse = self._forward_fp8_kv_mixed_batch(q, kv_c_and_k_pe_cache, topk_indices, attn_metadata)
+        else:
+            attn_out, lse = self._forward_fp8_kv_separate_prefill_decode(q, kv_c_and_k_pe_cache, topk_indices, attn_metadata)
+        return (attn_out, lse)

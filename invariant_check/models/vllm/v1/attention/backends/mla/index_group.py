@@ -4,6 +4,8 @@
 from dataclasses import dataclass
 from typing import Any
 from vllm.config import VllmConfig
+from vllm.v1.hisparse.runtime import HiSparseCacheHandle
+from vllm.v1.hisparse.runtime import HiSparsePrefillStagingPlan
 import torch
 
 
@@ -34,6 +36,38 @@ class SparseMLAIndexGroup:
         ...
 
     def _convert_once(self, layer_index: int, logical_topk_indices: torch.Tensor, req_id_per_token: torch.Tensor, block_table: torch.Tensor, block_size: int, *, block_stride_rows: int | None, return_valid_counts: bool, idx_mapping: torch.Tensor | None=None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+
+@dataclass
+class HiSparseMLAIndexGroup(SparseMLAIndexGroup):
+    caches: list[HiSparseCacheHandle] = ...
+    hisparse_group: Any | None = None
+    prefill_stream: torch.Stream | None = None
+    prefill_ready_events: list[torch.Event] = ...
+
+    def register_layer(self, vllm_config: VllmConfig | None=None, *, head_size: int | None=None, kv_cache_dtype: str | None=None) -> int:
+        ...
+
+    def cache(self, layer_index: int) -> HiSparseCacheHandle:
+        ...
+
+    def physical_kv_cache(self, layer_index: int) -> torch.Tensor:
+        ...
+
+    def prepare_for_batch(self, layer_index: int, attn_metadata: Any | None) -> None:
+        ...
+
+    def convert_logical_to_physical_topk(self, layer_index: int, logical_topk_indices: torch.Tensor, attn_metadata: Any, *, block_stride_rows: int | None, return_valid_counts: bool) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        ...
+
+    def stage_prefill_rows(self, layer_index: int, kv_cache: torch.Tensor, attn_metadata: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        ...
+
+    def _prefill_gather_plan(self, layer_index: int, attn_metadata: Any) -> HiSparsePrefillStagingPlan:
+        ...
+
+    def gather_fp8_prefill(self, layer_index: int, source_cache: torch.Tensor, dst: torch.Tensor, block_table: torch.Tensor, workspace_starts: torch.Tensor, batch_size: int, attn_metadata: Any, request_start: int) -> torch.Event | None:
         ...
 
 

@@ -6,6 +6,7 @@ from vllm.config import VllmConfig
 from vllm.distributed import get_dcp_group
 from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadataBuilder
 from vllm.model_executor.layers.attention.mla_attention import QueryLenSupport
+from vllm.utils.gpu_sync_debug import gpu_sync_allowed
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.kv_cache_interface import AttentionSpec
@@ -67,7 +68,45 @@ class AiterMLAMetadataBuilder(MLACommonMetadataBuilder[AiterMLAMetadata]):
         ...
 
     def _build_fp8_prefill_ps_metadata(self, metadata: AiterMLAMetadata, common_attn_metadata: CommonAttentionMetadata) -> None:
-        ...
+        from aiter import get_ps_metadata_v1
+        prefill = metadata.prefill
+        assert prefill is not None
+        qo_indptr = prefill.query_start_loc
+        kv_indptr = qo_indptr
+        num_decodes = metadata.num_decodes
+        qsl_cpu = common_attn_metadata.query_start_loc_cpu
+        qo_indptr_cpu = (qsl_cpu[num_decodes:] - qsl_cpu[num_decodes]).to(torch.int32)
+        kv_indptr_cpu = qo_indptr_cpu.clone()
+        seq_lens_cpu = (qo_indptr_cpu[1:] - qo_indptr_cpu[:-1]).to(torch.int32)
+        num_head_k = AiterMLAHelper.get_fp8_prefill_num_heads(self.num_heads)
+        gqa_ratio = 1
+        qhead_granularity = 1
+        qlen_granularity = _FP8_PREFILL_TILE_Q
+        kvlen_granularity = 128
+        block_size = 1
+        slot = self._fp8_ps_slot
+        self._fp8_ps_slot ^= 1
+        staging_free = self._fp8_ps_staging_free[slot]
+        with gpu_sync_allowed():
+            staging_free.synchronize()
+        work_indptr_host, work_info_host, reduce_indptr_host, reduce_final_map_host, reduce_partial_map_host = self._fp8_ps_staging[slot]
+        get_ps_metadata_v1(qo_indptr_cpu, kv_indptr_cpu, seq_lens_cpu, gqa_ratio, num_head_k, self.fp8_ps_work_metadata, work_indptr_host, work_info_host, reduce_indptr_host, reduce_final_map_host, reduce_partial_map_host, qhead_granularity=qhead_granularity, qlen_granularity=qlen_granularity, kvlen_granularity=kvlen_granularity, block_size=block_size, is_causal=True)
+        for dst, src in zip(self._fp8_ps_device_outputs, self._fp8_ps_staging[slot]):
+            dst.copy_(src, non_blocking=True)
+        staging_free.record()
+        total_prefill_tokens = int(qo_indptr_cpu[-1].item())
+        kv_indices = torch.arange(total_prefill_tokens, device=qo_indptr.device, dtype=torch.int32)
+        num_partial_tiles = int(reduce_indptr_host[-1])
+        metadata.fp8_prefill_qo_indptr = qo_indptr
+        metadata.fp8_prefill_kv_indptr = kv_indptr
+        metadata.fp8_prefill_kv_indices = kv_indices
+        metadata.fp8_prefill_work_indptr = self.fp8_ps_work_indptr
+        metadata.fp8_prefill_work_info_set = self.fp8_ps_work_info
+        metadata.fp8_prefill_reduce_indptr = self.fp8_ps_reduce_indptr
+        metadata.fp8_prefill_reduce_final_map = self.fp8_ps_reduce_final_map
+        metadata.fp8_prefill_reduce_partial_map = self.fp8_ps_reduce_partial_map
+        metadata.fp8_prefill_max_q_len = prefill.max_query_len
+        metadata.fp8_prefill_num_partial_tiles = num_partial_tiles
 
     def _build_dcp_verify_row_view(self, qlen: int, block_table: torch.Tensor, dcp_tot_seq_lens: torch.Tensor) -> AiterMLADCPVerifyMetadata:
         ...

@@ -3,13 +3,17 @@
 
 from dataclasses import dataclass
 from typing import ClassVar
+from vllm import _custom_ops as ops
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonImpl
 from vllm.model_executor.layers.attention.sparse_mla_attention import SparseMLACommonMetadataBuilder
 from vllm.model_executor.models.deepseek_v2 import Indexer
 from vllm.platforms import current_platform
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.mla.rocm_aiter_mla import AiterMLAHelper
+from vllm.v1.attention.backends.mla.sparse_utils import flat_kv_row_view
 from vllm.v1.kv_cache_interface import AttentionSpec
 import torch
 
@@ -51,3 +55,64 @@ class ROCMAiterMLASparseMetadataBuilder(SparseMLACommonMetadataBuilder[ROCMAiter
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> ROCMAiterMLASparseMetadata:
         ...
+
+
+class ROCMAiterMLASparseImpl(SparseMLACommonImpl[ROCMAiterMLASparseMetadata]):
+    supports_dcp = False
+    use_aiter_sparse_mla = False
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, topk_indices_buffer: torch.Tensor | None=None, indexer: 'Indexer | None'=None, **mla_args) -> None:
+        self.sinks: torch.Tensor | None = sinks
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype, logits_soft_cap, attn_type, kv_sharing_target_layer_name, indexer=indexer, topk_indices_buffer=topk_indices_buffer, **mla_args)
+        self.softmax_scale = scale
+        self.supports_dense_mha_prefill = sinks is None
+        self.masked_mha_available = False
+        self.owns_indexer: bool = indexer is not None
+        self.index_epoch: int = _index_epoch(self.topk_indices_buffer, self.owns_indexer)
+        self.qk_rope_head_dim: int = mla_args['qk_rope_head_dim']
+
+    def _aiter_sparse_mla_unsupported_reason(self, vllm_config: VllmConfig) -> str | None:
+        ...
+
+    def record_logical_topk_ready(self) -> None:
+        ...
+
+    def _forward_mla(self, layer: AttentionLayer, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: ROCMAiterMLASparseMetadata) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...
+
+    def _forward_mla_aiter(self, layer: AttentionLayer, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: ROCMAiterMLASparseMetadata) -> torch.Tensor:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: ROCMAiterMLASparseMetadata, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+        fp8_attention = self.kv_cache_dtype.startswith('fp8')
+        if isinstance(q, tuple):
+            ql_nope, q_pe = q
+            if fp8_attention:
+                q = layer._decode_concat_quant_fp8_op(ql_nope, q_pe, layer._q_scale)
+            else:
+                q = self.q_concat_buffer[:ql_nope.shape[0]]
+                if q_pe.shape[-1] == 0:
+                    q.copy_(ql_nope)
+                elif q.dtype == torch.float16:
+                    torch.cat((ql_nope, q_pe), dim=-1, out=q)
+                else:
+                    ops.concat_mla_q(ql_nope, q_pe, q)
+        num_actual_toks = q.shape[0]
+        kv_c_and_k_pe_cache, block_stride_rows = flat_kv_row_view(kv_c_and_k_pe_cache, attn_metadata.block_size)
+        if self.owns_indexer or attn_metadata.remapped_epoch != self.index_epoch or attn_metadata.remapped_buf is not self.topk_indices_buffer:
+            assert self.topk_indices_buffer is not None
+            topk_indices = fit_kpool_indices_to_aiter(self.topk_indices_buffer[:num_actual_toks], attn_metadata.topk_tokens)
+            triton_convert_req_index_to_global_index(attn_metadata.req_id_per_token[:num_actual_toks], attn_metadata.block_table, topk_indices, attn_metadata.paged_kv_indptr, attn_metadata.paged_kv_indices, BLOCK_SIZE=attn_metadata.block_size, BLOCK_STRIDE_ROWS=block_stride_rows, NUM_TOPK_TOKENS=attn_metadata.topk_tokens)
+            attn_metadata.remapped_buf = self.topk_indices_buffer
+            attn_metadata.remapped_epoch = self.index_epoch
+        if fp8_attention:
+            kv_c_and_k_pe_cache = kv_c_and_k_pe_cache.view(current_platform.fp8_dtype())
+            if q.dtype != current_platform.fp8_dtype():
+                original_q_shape = q.shape
+                q, _ = ops.scaled_fp8_quant(q.view(q.shape[0], -1), layer._q_scale)
+                q = q.view(original_q_shape)
+        if self.use_aiter_sparse_mla:
+            output = self._forward_mla_aiter(layer, q, kv_c_and_k_pe_cache, attn_metadata)
+            return (output, None)
+        mla_padded_q = AiterMLAHelper.get_mla_padded_q(self.num_heads, q)
+        return self._forward_mla(layer, mla_padded_q, kv_c_and_k_pe_cache.unsqueeze(1), attn_metadata)

@@ -11,6 +11,7 @@ from vllm.v1.attention.backend import max_decode_query_len
 from vllm.v1.attention.backends.mla.compressor_utils import get_dspark_swa_index_width
 from vllm.v1.attention.backends.utils import split_decodes_and_prefills
 from vllm.v1.attention.ops.flashmla import FlashMLASchedMeta
+from vllm.v1.attention.ops.metadata import compute_token_to_req_indices
 import torch
 
 
@@ -52,7 +53,30 @@ class DeepseekSparseSWAMetadataBuilder(AttentionMetadataBuilder):
         ...
 
     def update_draft_decode_metadata(self, metadata: DeepseekSparseSWAMetadata) -> None:
-        ...
+        num_tokens = metadata.num_decode_tokens
+        if num_tokens == 0:
+            return
+        assert metadata.query_start_loc is not None
+        assert metadata.seq_lens is not None
+        assert metadata.token_to_req_indices is not None
+        assert metadata.is_valid_token is not None
+        assert metadata.decode_swa_indices is not None
+        assert metadata.decode_swa_lens is not None
+        assert metadata.replay_start is not None
+        torch.ge(metadata.slot_mapping, 0, out=metadata.is_valid_token)
+        compute_token_to_req_indices(metadata.query_start_loc, metadata.token_to_req_indices, num_tokens, num_tokens)
+        noncausal = self.decode_swa_indices_noncausal
+        if noncausal is not None and metadata.decode_swa_indices.data_ptr() == noncausal.data_ptr():
+            _COMPUTE_DSPARK_NONCAUSAL_SWA_INDICES_KERNEL(metadata.decode_swa_indices, metadata.decode_swa_lens, self.window_size, self.noncausal_index_width, metadata.query_start_loc, metadata.seq_lens, metadata.token_to_req_indices, metadata.is_valid_token, metadata.block_table, self.block_size, num_tokens=num_tokens, token_offset=0)
+        else:
+            _COMPUTE_SWA_INDICES_AND_LENS_KERNEL(metadata.decode_swa_indices, metadata.decode_swa_lens, metadata.decode_swa_indices.shape[-1], metadata.decode_swa_indices.shape[-1], metadata.decode_swa_lens, metadata.decode_swa_lens, metadata.query_start_loc, metadata.seq_lens, metadata.token_to_req_indices, metadata.is_valid_token, metadata.block_table, self.block_size, metadata.replay_start, num_tokens=metadata.num_decode_tokens, token_offset=0)
+        tile_sched = self.build_tile_scheduler(metadata.num_decode_tokens)
+        metadata.tile_sched_swaonly = tile_sched[_LAYER_TYPE_SWAONLY]
+        metadata.tile_sched_c4a = tile_sched[_LAYER_TYPE_C4A]
+        metadata.tile_sched_c128a = tile_sched[_LAYER_TYPE_C128A]
+        metadata.tile_sched_c1a = tile_sched[_LAYER_TYPE_C1A]
+        metadata.tile_sched_c2a = tile_sched[_LAYER_TYPE_C2A]
+        metadata.flashinfer_sparse_index_cache.clear()
 
     def build_tile_scheduler(self, num_decode_tokens: int) -> dict[str, FlashMLASchedMeta | None]:
         ...

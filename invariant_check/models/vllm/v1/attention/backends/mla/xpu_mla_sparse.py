@@ -3,14 +3,17 @@
 
 from dataclasses import dataclass
 from typing import ClassVar
+from typing import Optional
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.attention.mla_attention import get_mla_dims
 from vllm.model_executor.layers.attention.sparse_mla_attention import SharedTopkIndicesBuffer
 from vllm.model_executor.models.deepseek_v2 import Indexer
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backend import AttentionMetadataBuilder
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backend import MLAAttentionImpl
 from vllm.v1.kv_cache_interface import AttentionSpec
 import torch
 
@@ -32,4 +35,23 @@ class XPUMLASparseMetadataBuilder(AttentionMetadataBuilder[XPUMLASparseMetadata]
         self.req_id_per_token_buffer = torch.empty((max_num_batched_tokens,), dtype=torch.int32, device=device)
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> XPUMLASparseMetadata:
+        ...
+
+
+class XPUMLASparseImpl(MLAAttentionImpl[XPUMLASparseMetadata], SharedTopkIndicesBuffer):
+    is_sparse = True
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, topk_indices_buffer: torch.Tensor | None=None, indexer: Optional['Indexer']=None, **mla_args) -> None:
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self.kv_lora_rank: int = mla_args['kv_lora_rank']
+        self.softmax_scale = scale
+
+    def _forward_bf16_kv(self, q: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, topk_indices: torch.Tensor, attn_metadata: XPUMLASparseMetadata) -> torch.Tensor:
+        ...
+
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: XPUMLASparseMetadata, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
         ...

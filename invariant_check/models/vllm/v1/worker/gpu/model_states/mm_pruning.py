@@ -2,3 +2,26 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu.input_batch import InputBatch
+from vllm.v1.worker.gpu.mm.encoder_cache import EncoderCache
+from vllm.v1.worker.gpu.mm.rope import RopeState
+from vllm.v1.worker.gpu.states import RequestState
+import torch
+import torch.nn as nn
+
+
+class MultiModalPruner:
+
+    def __init__(self, model: nn.Module, rope_state: RopeState, encoder_cache: EncoderCache, inputs_embeds_size: int) -> None:
+        self.model = model
+        self.rope_state = rope_state
+        self.encoder_cache = encoder_cache
+        self.inputs_embeds_size = inputs_embeds_size
+
+    def strip(self, mm_embeds: list[torch.Tensor]) -> list[torch.Tensor]:
+        ...
+
+    def recompute(self, mm_embeds: list[torch.Tensor], input_batch: InputBatch, req_states: RequestState) -> list[torch.Tensor]:
+        ...
+
+    def _num_window_embeds(self, req_id: str, query_start: int, query_end: int) -> int:
+        ...

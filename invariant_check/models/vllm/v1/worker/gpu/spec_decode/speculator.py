@@ -4,12 +4,14 @@
 from abc import ABC
 from abc import abstractmethod
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 from vllm.config import VllmConfig
 from vllm.config.compilation import CUDAGraphMode
 from vllm.distributed.eplb.eplb_state import EplbState
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 from vllm.v1.kv_cache_interface import KVCacheConfig
+from vllm.v1.watermarking.gpu_sampler import GPUWatermarkSampler
 from vllm.v1.watermarking.spec_decode import DraftWatermarker
 from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
@@ -139,7 +141,9 @@ class DraftModelSpeculator(BaseSpeculator):
         ...
 
     def _build_uniform_batch_dp_sync(self, target_dp_sync_state: DPSyncState, num_reqs: int, num_query_per_req: int=1) -> tuple[DPSyncState, int]:
-        ...
+        num_batch_tokens = target_dp_sync_state.num_reqs * num_query_per_req
+        assert num_reqs * num_query_per_req <= num_batch_tokens, "reusing a DP sync that does not cover this batch's requests"
+        return (replace(target_dp_sync_state, num_tokens_across_dp=torch.full_like(target_dp_sync_state.num_tokens_across_dp, num_batch_tokens), uniform_token_count=num_query_per_req, eager=False), num_batch_tokens)
 
     def _build_uniform_attn_metadata(self, batch_desc: BatchExecutionDescriptor, num_reqs: int, num_query_per_req: int, seq_lens_cpu_upper_bound: torch.Tensor, step: int, causal: bool | Mapping[int, bool]=True, dcp_local_seq_lens: torch.Tensor | None=None) -> dict[str, Any] | None:
         ...

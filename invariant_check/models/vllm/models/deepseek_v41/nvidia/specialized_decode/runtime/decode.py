@@ -2,4 +2,5 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.model_executor.layers.sparse_mqa_indexer import SparseMQAIndexer
+from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInferMLAAttention
 from vllm.models.deepseek_v41.nvidia.model import DeepseekV4Model

