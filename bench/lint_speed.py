@@ -14,10 +14,15 @@ One run prints one table, on a private copy of the tree:
 and the ratios between them. Wall times are medians over --repeat runs; CPU time is user +
 system of the whole process tree, which stays meaningful when other jobs share the cores.
 
+With --scaling (or --scaling-only), also: one generated file of N candidate definitions of one
+shape (N = 500, 2,000, 5,000 by default), for several shapes, one per rule's candidates (see
+SCALING_SHAPES): lint time must grow linearly with the number of candidates.
+
     .venv/bin/python bench/lint_speed.py                      # vLLM 0.33.0 in /tmp/corpus
     .venv/bin/python bench/lint_speed.py ../shared/corpus/vllm-0.24.0.tar.xz
     .venv/bin/python bench/lint_speed.py --fixit /tmp/fixit-venv/bin/fixit --fixit-sample 300
     .venv/bin/python bench/lint_speed.py --per-rule --profile  # where the time goes
+    .venv/bin/python bench/lint_speed.py --scaling-only        # generated files of N candidates
 
 Fixit belongs in its own virtualenv (it pins its own libcst), e.g.
     python3 -m venv /tmp/fixit-venv && /tmp/fixit-venv/bin/pip install 'fixit>=2'
@@ -88,6 +93,10 @@ TARGET_ONE_FILE_S = 0.4
 TARGET_PEAK_MB = 300
 TARGET_BIG_VS_LIBCST = 2.0
 BIG_LINES = 50_000
+# Issue 14: 2,000 candidates in one file lint in at most 5x the time of 500; 5,000 in under 60 s.
+TARGET_SCALING_RATIO = 5.0
+TARGET_SCALING_MAX_S = 60.0
+SCALING_SIZES = (500, 2_000, 5_000)
 
 
 @dataclass
@@ -287,6 +296,179 @@ def importtime_top(stderr: str, n: int = 10) -> list[tuple[str, float]]:
     return sorted(tops, key=lambda t: -t[1])[:n]
 
 
+# -- generated candidates ---------------------------------------------------------------------------
+
+# One file of N definitions that a rule analyses ("candidates"), for each rule's kind of
+# candidate: a cost per candidate that grows with the file (a scan of every definition, or of
+# the whole text, per candidate) shows as a 2,000/500 ratio far above 4. Half of the candidates
+# of most shapes are findings, the other half the fixed code, so both verdicts are reached;
+# some carry multi-line docstrings (prose the needs skip).
+SCALING_HEAD = """\
+from dataclasses import dataclass
+
+import torch
+import torch.nn as nn
+
+
+@dataclass
+class CommonAttentionMetadata:
+    seq_lens: torch.Tensor
+    max_seq_len: int
+    seq_lens_cpu: torch.Tensor
+
+
+def update_draft_inputs(draft_tokens, input_buffers):
+    input_buffers.input_ids[: len(draft_tokens)] = draft_tokens
+    input_buffers.positions += 1
+    input_buffers.seq_lens += 1
+"""
+
+
+def _ic004_functions(i: int) -> str:
+    # the shape of issue 14: three-line functions, each advancing its parameter (its callers
+    # are looked up: none)
+    return f"def step_{i}(md):\n    md.seq_lens += 1\n    return md\n"
+
+
+def _ic004_helpers(i: int) -> str:
+    # N classes with a helper of the same name that advances its parameter, called by a
+    # typed method: the helper's callers are looked up among N call sites of that name
+    fix = "        md.max_seq_len += 1\n        md.seq_lens_cpu += 1\n" if i % 2 else ""
+    return (f"class Drafter{i}:\n"
+            f"    def advance(self, md):\n"
+            f"        md.seq_lens += 1\n{fix}\n"
+            f"    def propose(self, md: CommonAttentionMetadata):\n"
+            f"        for _ in range(self.num_steps):\n"
+            f"            self.advance(md)\n"
+            f"            self.run_model(md)\n")
+
+
+def _ic002_switches(i: int) -> str:
+    compact = "        self.model.model.compact_topk_indices(token_indices_to_sample)\n" if i % 2 else ""
+    return (f"class Proposer{i}:\n"
+            f'    """Drafts with top-k reuse.\n\n    Steps after the first reuse the shared buffer.\n    """\n\n'
+            f"    def propose(self, token_indices_to_sample):\n"
+            f"        hidden = self.model(**self.inputs)\n"
+            f"        self.model.model.set_skip_topk(True)\n{compact}"
+            f"        for _ in range(self.num_steps - 1):\n"
+            f"            hidden = self.model(**self.inputs)\n"
+            f"        return hidden\n")
+
+
+def _ic003_classes(i: int) -> str:
+    # a third with the compaction method; bases alternate between a known outside class and
+    # a name nothing binds (the short-name fallback searches the project for it)
+    base = "nn.Module" if i % 2 else "MissingBase"
+    compact = ("\n    def compact_topk_indices(self, slot_ids):\n"
+               "        self.buf[: slot_ids.numel()] = self.buf[slot_ids]\n") if i % 3 == 0 else ""
+    return f"class Predictor{i}({base}):\n    def set_skip_topk(self, skip):\n        self.skip = skip\n{compact}"
+
+
+def _ic005_loops(i: int) -> str:
+    rebuild = "        attn_metadata = self.build_draft_attn_metadata(num_tokens)\n" if i % 2 else ""
+    return (f"def draft_{i}(self, num_tokens, attn_metadata):\n"
+            f'    """Runs the draft steps.\n\n    Each step advances the inputs.\n    """\n'
+            f"    for step in range(1, self.num_steps):\n{rebuild}"
+            f"        hidden = self.run_model(num_tokens, attn_metadata)\n"
+            f"        update_draft_inputs(self.sample(hidden), self.input_buffers)\n")
+
+
+def _ic001_loops(i: int) -> str:
+    # the metadata of every group is handed on (returned), the type checked after the loop
+    # (a finding) or in it (fixed)
+    check = "if not isinstance(attn_metadata, FlashAttentionMetadata):\n{pad}    raise ValueError('unsupported')\n"
+    inside = check.format(pad="        ") if i % 2 == 0 else ""
+    after = check.format(pad="    ") if i % 2 else ""
+    return (f"def build_{i}(self, groups):\n"
+            f"    per_layer = {{}}\n"
+            f"    for group in groups:\n"
+            f"        attn_metadata = group.build()\n"
+            f"{'        ' + inside if inside else ''}"
+            f"        for name in group.layer_names:\n"
+            f"            per_layer[name] = attn_metadata\n"
+            f"{'    ' + after if after else ''}"
+            f"    return per_layer\n")
+
+
+# name -> (what a candidate is, the file's head, one candidate's code)
+SCALING_SHAPES = {
+    "ic004-functions": ("IC004: function advancing `md.seq_lens` (issue 14's shape)", "", _ic004_functions),
+    "ic004-helpers": ("IC004: class whose `advance` helper is called by a typed method", SCALING_HEAD, _ic004_helpers),
+    "ic002-switches": ("IC002: class whose `propose` switches to top-k reuse", SCALING_HEAD, _ic002_switches),
+    "ic003-classes": ("IC003: class defining `set_skip_topk`", SCALING_HEAD, _ic003_classes),
+    "ic005-loops": ("IC005: draft loop passing metadata", SCALING_HEAD, _ic005_loops),
+    "ic001-loops": ("IC001: type check after a loop", SCALING_HEAD, _ic001_loops),
+}
+
+
+def scaling_file(shape: str, n: int) -> str:
+    _, head, one = SCALING_SHAPES[shape]
+    return head + "\n\n" + "\n\n".join(one(i) for i in range(n))
+
+
+def scaling_section(ours, shapes: list[str], sizes: list[int], repeat: int, timeout: float, jobs: list[str],
+                    workdir: Path, env: dict) -> bool:
+    """Lint one generated file per shape and size (a fresh project folder each, no cache);
+    print the table and the verdicts; True when every bar is met."""
+    print("\n## Generated candidates: lint time against their number\n")
+    print(f"One file of N candidates per shape, `invariant-check lint --no-cache` in a folder of its own "
+          f"(interpreter start included); {repeat} run(s) each, median shown; a run over {timeout:g} s is stopped.")
+    print(f"Targets: {sizes[1] if len(sizes) > 1 else '?'}/{sizes[0]} candidates at most "
+          f"{TARGET_SCALING_RATIO:g} x the time; every size under {TARGET_SCALING_MAX_S:g} s.\n")
+    header = f"| {'shape':<16} | {'N':>6} | {'lines':>7} | {'wall':>8} | {'CPU':>8} | findings |"
+    print(header)
+    print("|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|")
+    times: dict[tuple[str, int], tuple[float | None, float | None]] = {}
+    for shape in shapes:
+        for n in sizes:
+            folder = workdir / "scaling" / f"{shape}-{n}"
+            folder.mkdir(parents=True, exist_ok=True)
+            text = scaling_file(shape, n)
+            (folder / "candidates.py").write_text(text)
+            walls, cpus, found = [], [], "?"
+            for _ in range(repeat):
+                try:
+                    r = run([ours, "lint", "--no-cache", *jobs, "--format", "json", "candidates.py"], cwd=folder, env=env,
+                            timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    walls, cpus, found = [], [], "stopped"
+                    break
+                walls.append(r.wall)
+                cpus.append(r.cpu)
+                summ = summary_of(r)
+                found = str(summ.get("findings", f"rc {r.rc}"))
+                if r.rc not in (0, 1):
+                    found = f"rc {r.rc}: {(r.stderr or r.stdout).strip()[-200:]}"
+            wall = statistics.median(walls) if walls else None
+            cpu = statistics.median(cpus) if cpus else None
+            times[shape, n] = (wall, cpu)
+            shown_wall = fmt_s(wall) if wall is not None else f"> {timeout:g} s"
+            print(f"| {shape:<16} | {n:>6,} | {text.count(chr(10)) + 1:>7,} | {shown_wall:>8} | {fmt_s(cpu):>8} | {found} |", flush=True)
+    ok_all = True
+    print("\nVerdicts (ratio of CPU time, the steadier one on shared cores; wall ratio beside it):")
+    for shape in shapes:
+        parts = []
+        if len(sizes) > 1:
+            (w0, c0), (w1, c1) = times[shape, sizes[0]], times[shape, sizes[1]]
+            if c0 and c1:
+                ratio = c1 / c0
+                ok = ratio <= TARGET_SCALING_RATIO
+                parts.append(f"{sizes[1]:,}/{sizes[0]:,}: {ratio:.1f} x CPU ({w1 / w0:.1f} x wall), "
+                             f"target <= {TARGET_SCALING_RATIO:g} x: {verdict(ok)}")
+            else:
+                ok = False
+                parts.append(f"{sizes[1]:,}/{sizes[0]:,}: not measured (stopped): {verdict(False)}")
+            ok_all &= ok
+        largest = sizes[-1]
+        w, _ = times[shape, largest]
+        ok = w is not None and w < TARGET_SCALING_MAX_S
+        parts.append(f"{largest:,} candidates: {fmt_s(w) if w is not None else f'> {timeout:g} s'} wall, "
+                     f"target < {TARGET_SCALING_MAX_S:g} s: {verdict(ok)}")
+        ok_all &= ok
+        print(f"- {shape}: " + "; ".join(parts))
+    return ok_all
+
+
 # -- sections -------------------------------------------------------------------------------------
 
 def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> None:
@@ -408,15 +590,29 @@ def main() -> int:
     ap.add_argument("--per-rule", action="store_true", help="also: a cold run per rule (--select), to see which rule costs what")
     ap.add_argument("--profile", action="store_true", help="also: import times, prefilter hits per rule, cProfile shares of a cold run")
     ap.add_argument("--jobs", "-j", type=int, help="passed to our linter")
+    ap.add_argument("--scaling", action="store_true", help="also: generated files of N candidates per shape (linear cost)")
+    ap.add_argument("--scaling-only", action="store_true", help="only the generated-candidate runs (no tree needed)")
+    ap.add_argument("--sizes", default=",".join(map(str, SCALING_SIZES)),
+                    help="candidate counts for --scaling, comma-separated; the first two give the ratio [%(default)s]")
+    ap.add_argument("--shapes", default=",".join(SCALING_SHAPES),
+                    help=f"candidate shapes for --scaling, comma-separated, of: {', '.join(SCALING_SHAPES)} [all]")
+    ap.add_argument("--scaling-timeout", type=float, default=180.0, help="seconds after which one generated-file run is stopped [%(default)s]")
     args = ap.parse_args()
+    shapes = [s for s in args.shapes.split(",") if s]
+    unknown = [s for s in shapes if s not in SCALING_SHAPES]
+    if unknown:
+        sys.exit(f"unknown shape(s): {', '.join(unknown)}; known: {', '.join(SCALING_SHAPES)}")
+    sizes = [int(n) for n in args.sizes.split(",") if n]
 
-    tree = resolve_tree(args.tree, args.corpus, args.unpack_to).resolve()
     here = Path(sys.executable).parent
     ours = args.invariant_check or (here / "invariant-check" if (here / "invariant-check").exists() else shutil.which("invariant-check"))
     ruff = args.ruff or (here / "ruff" if (here / "ruff").exists() else shutil.which("ruff"))
     if not ours:
         sys.exit("invariant-check not found: install the project (pip install -e .) or pass --invariant-check")
     jobs = ["-j", str(args.jobs)] if args.jobs else []
+    if args.scaling_only:
+        return scaling_only(ours, shapes, sizes, args, jobs)
+    tree = resolve_tree(args.tree, args.corpus, args.unpack_to).resolve()
     files = py_files(tree)
     total_bytes = sum(f.stat().st_size for f in files)
 
@@ -604,9 +800,30 @@ def main() -> int:
                 print(f"- {code}: {fmt_s(s.wall)} wall, {fmt_s(s.cpu)} CPU, {summ.get('files_parsed', '?')} files parsed")
         if args.profile:
             profile_section(ours, tree, tree / CLEAN_FILES[-1], work)
+        if args.scaling:
+            scaling_section(ours, shapes, sizes, args.repeat, args.scaling_timeout, jobs, work, env)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def scaling_only(ours, shapes: list[str], sizes: list[int], args, jobs: list[str]) -> int:
+    work = Path(tempfile.mkdtemp(prefix="ic-bench-"))
+    env = dict(os.environ, NO_COLOR="1")
+    env.pop("INVARIANT_CHECK_CACHE_DIR", None)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    subprocess.run([str(ours), "rules"], env=env, capture_output=True, check=False)
+    try:
+        load0 = os.getloadavg()
+        print("# invariant-check lint speed: generated candidates\n")
+        print(f"- {version_of([ours])} at git {git_rev()}")
+        print(f"- {platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs, "
+              f"load average {load0[0]:.2f} at the start")
+        ok = scaling_section(ours, shapes, sizes, args.repeat, args.scaling_timeout, jobs, work, env)
+        print(f"\nload average {os.getloadavg()[0]:.2f} at the end")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -313,15 +313,23 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def _dep_key(dep: tuple) -> tuple:
+    # a file or a word is noted once (its digest and the files holding a word do not change
+    # within a run): ordered by its name, without spelling out the long list of a word's files
+    if dep[0] in ("file", "word"):
+        return dep[0], dep[1]
+    return dep[0], dep[1], repr(dep[2:])
+
+
 def _dep_records(ctx: Context, module: Module, deps: set) -> list[list[Any]]:
     out = []
     own = str(module.path)
-    for dep in sorted(deps, key=repr):
+    for dep in sorted(deps, key=_dep_key):
         kind = dep[0]
         if kind == "file":
             if dep[1] == own:
                 continue
-            other = ctx.project.modules.get(_as_path(dep[1]))
+            other = ctx.project.loaded(dep[1])
             digest = ctx.project.digest_of(other) if other is not None else None
             out.append(["file", dep[1], digest])
         elif kind == "exists":
@@ -331,9 +339,3 @@ def _dep_records(ctx: Context, module: Module, deps: set) -> list[list[Any]]:
         elif kind == "module":
             out.append(["module", dep[1], dep[2], dep[3]])
     return out
-
-
-def _as_path(raw: str):
-    from pathlib import Path
-
-    return Path(raw)

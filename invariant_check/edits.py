@@ -143,13 +143,22 @@ def _parsed(text: str) -> ast.Module:
     return ast.parse(text)
 
 
+@lru_cache(maxsize=4)
+def _by_position(text: str) -> dict[tuple, ast.AST]:
+    """The nodes of a parse of the whole file by (type, line, column), the first in `ast.walk`
+    order for each: built once per file, not walked once per finding."""
+    out: dict[tuple, ast.AST] = {}
+    for sub in ast.walk(_parsed(text)):
+        line = getattr(sub, "lineno", None)
+        if line is not None:
+            out.setdefault((type(sub), line, sub.col_offset), sub)
+    return out
+
+
 def whole(source: Source, node: ast.AST) -> ast.AST:
     """`node` as a parse of the whole file has it. The engine parses only the definitions a
     rule needs: a class's methods may be outlines there, with bodies left out."""
-    for sub in ast.walk(_parsed(source.text)):
-        if type(sub) is type(node) and getattr(sub, "lineno", None) == node.lineno and sub.col_offset == node.col_offset:
-            return sub
-    return node
+    return _by_position(source.text).get((type(node), node.lineno, node.col_offset), node)
 
 
 def add_keywords(ed: Editor, call: ast.Call, new: list[str]) -> Edit | None:

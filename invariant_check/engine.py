@@ -37,6 +37,8 @@ from .records import Outcome, ScanRecord
 from .rule import Rule
 from .types import FileError, Finding
 
+_UNSEEN = object()
+
 # Below this many files, starting worker processes costs more than it saves.
 PARALLEL_MIN_FILES = 200
 BATCH = 24  # small enough that the two busiest workers finish close together
@@ -134,6 +136,8 @@ class Engine:
         self._listing = listing or (lambda: list_python_files(self.root))
         self._sources: dict[Path, bytes] = {}
         self._facts = _CacheFacts(cache, self._sources)
+        self._digests_now: dict[str, str | None] = {}
+        self._exists_now: dict[str, bool] = {}
         self.project = self._new_project()
         self.pool_warning: str | None = None
 
@@ -170,6 +174,9 @@ class Engine:
         buffer); the project's other files still come from disk."""
         self._sources.clear()
         self._sources.update((Path(os.path.abspath(p)), data) for p, data in (sources or {}).items())
+        self.project.forget_file_states()
+        self._digests_now = {}  # what the files' bytes are now, looked at once per run
+        self._exists_now = {}
         paths = list(dict.fromkeys(_absolute(p) for p in files))
         for path, data in self._sources.items():
             self.project.module_at(path, data)
@@ -352,18 +359,25 @@ class Engine:
         return rec, memo, data
 
     def _still_valid(self, outcome: Outcome) -> bool:
-        """Whether everything a cached outcome depended on is as it was."""
+        """Whether everything a cached outcome depended on is as it was. Each file is looked
+        at once per run, however many outcomes name it (N files that all depend on the same
+        N files cost N^2 lookups, not N^2 stats)."""
         for dep in outcome.deps:
             kind = dep[0]
             if kind == "file":
-                if self._digest_now(Path(dep[1])) != dep[2]:
+                now = self._digests_now.get(dep[1], _UNSEEN)
+                if now is _UNSEEN:
+                    now = self._digests_now[dep[1]] = self._digest_now(Path(dep[1]))
+                if now != dep[2]:
                     return False
             elif kind == "exists":
-                if os.path.isfile(dep[1]) != dep[2]:
+                now = self._exists_now.get(dep[1])
+                if now is None:
+                    now = self._exists_now[dep[1]] = os.path.isfile(dep[1])
+                if now != dep[2]:
                     return False
             elif kind == "word":
-                now = sorted(str(p) for p in self.project.files_containing(dep[1]))
-                if now != list(dep[2]):
+                if self.project.files_containing_noted(dep[1]) != tuple(dep[2]):
                     return False
         return True
 

@@ -605,39 +605,47 @@ class CallSite:
     call: ast.Call
 
 
+# the callers of each function, by callee name, per project: (caller, positions of its calls
+# of the function) in the order `Project.call_sites` finds them
+_CALLERS: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+
+
 def callers(view, fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
     """Call sites of `fn` in the project's functions, found by its name and kept when the call
-    resolves to `fn`."""
+    resolves to `fn`. The sites of one name are found and resolved once per project, with
+    what that read recorded for every function of that name asked about (N functions sharing
+    a name cost N lookups, not N scans of its call sites)."""
     project = view.project
     summaries = view.ctx.summaries()
     name = fn.short
-    word = Words(name)
+    table = _CALLERS.setdefault(project, {})
+    by_target = project.tracker.memo(table, name, lambda: _callers_by_target(project, summaries, name))
     out: list[CallSite] = []
-    for path in project.files_containing(name):
-        module: Module = project.module_at(path)
-        for chunk in module.leaf_chunks(word):
-            for facts in module.chunk_facts(chunk).functions.values():
-                if facts.qual == fn.qual and module.path == fn.module.path:
-                    continue
-                spots = [c for c in facts.calls if c.name == name]
-                if not spots:
-                    continue
-                caller = FunctionInfo(module, facts)
-                hits = []
-                for c in spots:
-                    target = summaries.function_for(summaries.resolve(caller, c.ref))
-                    if target is not None and target == fn:
-                        hits.append((c.line, c.col))
-                if not hits:
-                    continue
-                node = caller.node()
-                if node is None:
-                    continue
-                for sub in walk_local(node):
-                    if isinstance(sub, ast.Call) and (sub.lineno, sub.col_offset) in hits:
-                        out.append(CallSite(caller, node, sub))
-                if len(out) >= limit:
-                    return out
+    for caller, hits in by_target.get((fn.module.path, fn.qual), ()):
+        if caller.qual == fn.qual and caller.module.path == fn.module.path:
+            continue
+        node = caller.node()
+        if node is None:
+            continue
+        for sub in walk_local(node):
+            if isinstance(sub, ast.Call) and (sub.lineno, sub.col_offset) in hits:
+                out.append(CallSite(caller, node, sub))
+        if len(out) >= limit:
+            return out
+    return out
+
+
+def _callers_by_target(project, summaries: Summaries, name: str) -> dict[tuple, list[tuple[FunctionInfo, list[tuple[int, int]]]]]:
+    out: dict[tuple, list[tuple[FunctionInfo, list[tuple[int, int]]]]] = {}
+    for module, facts, spots in project.call_sites(name):
+        caller = FunctionInfo(module, facts)
+        hits: dict[tuple, list[tuple[int, int]]] = {}
+        for c in spots:
+            target = summaries.function_for(summaries.resolve(caller, c.ref))
+            if target is not None:
+                hits.setdefault((target.module.path, target.qual), []).append((c.line, c.col))
+        for key, at in hits.items():
+            out.setdefault(key, []).append((caller, at))
     return out
 
 

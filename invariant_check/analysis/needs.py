@@ -15,6 +15,12 @@ literal parts, a necessary condition), then on the text of each chunk of the out
 text, and every atom is monotone, so a definition the rule could report in is never skipped.
 `tests/test_prefilter_property.py` checks this on generated programs and on the mutation
 fixtures: findings with the prefilter equal findings with every definition parsed.
+
+Cost: a question about one range of a text is a bisection in an index of the whole text,
+built once per text (`PerText`); the occurrences of a word come from one index of the text's
+words once many words were asked about it (`text_words`), so asking about each of N names
+costs O(N + len(text)), not O(N * len(text)). `Need.anchors` lets a caller go straight to
+the definitions that hold an occurrence instead of asking every definition.
 """
 
 from __future__ import annotations
@@ -55,6 +61,13 @@ def exclude(text: str, spans: list[tuple[int, int]]) -> None:
     """From now on, ignore what lies inside these spans of `text` (its docstrings and other
     multi-line strings: prose, not code). A file is first checked whole, spans included (a
     superset), then definition by definition without them."""
+    for k, entry in enumerate(_EXCLUDED):
+        if entry[0] is text and entry[2] is spans:
+            # the same list again (an outline keeps its own): no new index of its starts
+            if k:
+                del _EXCLUDED[k]
+                _EXCLUDED.insert(0, entry)
+            return
     _EXCLUDED.insert(0, (text, [s for s, _ in spans], spans))
     del _EXCLUDED[3:]
 
@@ -104,8 +117,87 @@ def _first_at(at: list[int], text: str, start: int, end: int) -> int:
     return -1
 
 
+# -- whole words of a text ---------------------------------------------------------------------
+
+_TOKEN = re.compile(r"\w+")  # `\w`: a character for which `isalnum()` holds, or `_`
+_INDEX_AFTER = 24  # distinct words found one by one in a text before its words are indexed
+
+
+class TextWords:
+    """Offsets of whole-word occurrences in one text (a word: not preceded or followed by a
+    letter, digit or `_`). The first few words asked are found one by one (`str.find`, fast
+    for a word or two); past `_INDEX_AFTER` distinct words, one pass over the text indexes
+    every run of word characters, and a word made of word characters only is then looked up:
+    its whole-word occurrences are exactly the runs equal to it."""
+
+    __slots__ = ("found", "runs", "text")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.found: dict[str, list[int]] = {}
+        self.runs: dict[str, list[int]] | None = None
+
+    def positions(self, word: str) -> list[int]:
+        """Sorted offsets of the whole-word occurrences of `word` (do not modify)."""
+        got = self.found.get(word)
+        if got is not None:
+            return got
+        if self.runs is None and len(self.found) >= _INDEX_AFTER:
+            runs: dict[str, list[int]] = {}
+            for m in _TOKEN.finditer(self.text):
+                runs.setdefault(m.group(), []).append(m.start())
+            self.runs = runs
+        if self.runs is not None and _TOKEN.fullmatch(word):
+            got = self.runs.get(word, _NONE)
+        else:
+            got = _find_word(self.text, word)
+        self.found[word] = got
+        return got
+
+
+_NONE: list[int] = []
+
+
+def _find_word(text: str, word: str) -> list[int]:
+    out = []
+    k = len(word)
+    if not k:
+        return out
+    pos = text.find(word)
+    while pos >= 0:
+        before = text[pos - 1 : pos] if pos else ""
+        after = text[pos + k : pos + k + 1]
+        if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
+            out.append(pos)
+        pos = text.find(word, pos + 1)
+    return out
+
+
+_TEXT_WORDS: dict[int, TextWords] = {}  # by id(text), least recently used first
+_TEXT_WORDS_KEPT = 64
+
+
+def text_words(text: str) -> TextWords:
+    """The word index of `text`, shared by every need and query that asks about its words;
+    kept for the texts asked about lately (each entry holds its text, so an id is not reused
+    while it is kept)."""
+    key = id(text)
+    got = _TEXT_WORDS.pop(key, None)
+    if got is None or got.text is not text:
+        got = TextWords(text)
+        if len(_TEXT_WORDS) >= _TEXT_WORDS_KEPT:
+            del _TEXT_WORDS[next(iter(_TEXT_WORDS))]
+    _TEXT_WORDS[key] = got  # most recently used last
+    return got
+
+
 class Need:
     cost = 1  # relative cost of `holds`: All/Any try the cheap parts first
+
+    def anchors(self, text: str) -> list[int] | None:
+        """Sorted offsets such that the need holds in a range of `text` only if the range
+        holds one of them (a word's occurrences); None when the need cannot tell."""
+        return None
 
     def quick(self, data: bytes, lower: bytes) -> bool:
         """A necessary condition on a file's raw bytes (and their lower-cased copy)."""
@@ -147,19 +239,15 @@ class Words(Need):
         end = len(text) if end is None else end
         return _first_at(self._index(text), text, start, end) >= 0
 
+    def anchors(self, text: str) -> list[int]:
+        return self._index(text)
+
     def _all(self, text: str) -> list[int]:
         """Offsets of every whole-word occurrence of the words, in order."""
-        out = []
-        for word in self.words:
-            k = len(word)
-            pos = text.find(word)
-            while pos >= 0:
-                before = text[pos - 1 : pos] if pos else ""
-                after = text[pos + k : pos + k + 1]
-                if not (before.isalnum() or before == "_") and not (after.isalnum() or after == "_"):
-                    out.append(pos)
-                pos = text.find(word, pos + 1)
-        return sorted(out)
+        index = text_words(text)
+        if len(self.words) == 1:
+            return index.positions(self.words[0])
+        return sorted(p for word in self.words for p in index.positions(word))
 
     def describe(self) -> str:
         return " | ".join(f"`{w}`" for w in self.words) or "nothing"
@@ -548,6 +636,15 @@ class All(Need):
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         return all(p.holds(text, start, end) for p in self.parts)
 
+    def anchors(self, text: str) -> list[int] | None:
+        # every part must hold: the anchors of any one part will do (the fewest)
+        best = None
+        for p in self.parts:
+            got = p.anchors(text)
+            if got is not None and (best is None or len(got) < len(best)):
+                best = got
+        return best
+
     def holds_in(self, text: str, ranges: list[tuple[int, int]]) -> bool:
         return all(p.holds_in(text, ranges) for p in self.parts)
 
@@ -571,6 +668,16 @@ class Any(Need):
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         return any(p.holds(text, start, end) for p in self.parts)
+
+    def anchors(self, text: str) -> list[int] | None:
+        # one part must hold: the anchors of all parts, when each has some
+        out: list[int] = []
+        for p in self.parts:
+            got = p.anchors(text)
+            if got is None:
+                return None
+            out.extend(got)
+        return sorted(set(out))
 
     def holds_in(self, text: str, ranges: list[tuple[int, int]]) -> bool:
         return any(p.holds_in(text, ranges) for p in self.parts)

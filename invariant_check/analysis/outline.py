@@ -190,22 +190,77 @@ class Outline:
         self.whole = whole
         self._starts = [s for s, _ in self.strings]
         self._masked: str | None = None
+        # lookups asked once per definition of a large file: kept, not recomputed (the
+        # top-level chunks never change; a class's chunks are added once, when it is split)
+        self._top: list[Chunk] | None = None
+        self._top_starts: list[int] | None = None
+        self._named: dict[str | None, list[Chunk]] | None = None
+        self._kids: dict[int, list[Chunk]] = {}
+        self._kid_index: dict[int, tuple[list[int], dict[str | None, list[Chunk]]]] = {}
+        self._prose: list[tuple[int, int]] | None = None
 
     def top(self) -> list[Chunk]:
-        return [c for c in self.chunks if c.parent is None]
+        """The top-level chunks, in order (do not modify the list)."""
+        if self._top is None:
+            self._top = [c for c in self.chunks if c.parent is None]
+        return self._top
+
+    def top_at(self, pos: int) -> Chunk | None:
+        """The top-level chunk whose span (a class's methods included) holds offset `pos`:
+        the top-level chunks tile the text."""
+        if self._top_starts is None:
+            self._top_starts = [c.start for c in self.top()]
+        k = bisect.bisect_right(self._top_starts, pos) - 1
+        return self._top[k] if k >= 0 else None
+
+    def named(self, name: str) -> list[Chunk]:
+        """The top-level chunks defining `name`, in order (do not modify the list)."""
+        if self._named is None:
+            self._named = {}
+            for c in self.top():
+                self._named.setdefault(c.name, []).append(c)
+        return self._named.get(name, [])
 
     def children(self, chunk: Chunk) -> list[Chunk]:
+        """The chunks of a top-level class, in order, the class split first if it was not
+        (do not modify the list)."""
         if chunk.kind == CLASS and chunk.parent is None and not chunk.split and not self.whole:
             chunk.split = True
+            before = len(self.chunks)
             _split_class(self.text, self, chunk, self.strings, self._starts)
-        return [c for c in self.chunks if c.parent == chunk.index]
+            if len(self.chunks) > before:
+                self._kids[chunk.index] = self.chunks[before:]
+        return self._kids.get(chunk.index, [])
+
+    def _kid_lookup(self, chunk: Chunk) -> tuple[list[int], dict[str | None, list[Chunk]]]:
+        got = self._kid_index.get(chunk.index)
+        if got is None:
+            kids = self.children(chunk)
+            by_name: dict[str | None, list[Chunk]] = {}
+            for c in kids:
+                by_name.setdefault(c.name, []).append(c)
+            got = self._kid_index[chunk.index] = ([c.start for c in kids], by_name)
+        return got
+
+    def child_named(self, chunk: Chunk, name: str) -> list[Chunk]:
+        """The chunks of a top-level class defining `name`, in order."""
+        return self._kid_lookup(chunk)[1].get(name, [])
+
+    def child_at(self, chunk: Chunk, pos: int) -> Chunk | None:
+        """The chunk of a top-level class (not its head) that holds offset `pos`: a class's
+        chunks tile the text from its first method to the end of the class."""
+        starts, _ = self._kid_lookup(chunk)
+        k = bisect.bisect_right(starts, pos) - 1
+        return self._kids[chunk.index][k] if k >= 0 else None
 
     def exclude_prose(self) -> None:
         """Tell the needs to ignore this module's multi-line strings but f-strings (prose in
         docstrings is not code a rule could need); see `needs.exclude`."""
         from .needs import exclude
 
-        exclude(self.text, [(s, e) for s, e in self.strings if not _is_fstring(self.text, s)])
+        if self._prose is None:
+            self._prose = [(s, e) for s, e in self.strings if not _is_fstring(self.text, s)]
+        exclude(self.text, self._prose)
 
     def masked(self) -> str:
         """The text with every multi-line string but f-strings blanked (newlines kept, same
@@ -388,6 +443,20 @@ def _split_class(text: str, outline: Outline, cls: Chunk, strings, starts) -> No
 # -- parsing ---------------------------------------------------------------------------------
 
 
+_MAX_PAD_LINES = 2000  # blank lines always cheap enough to parse
+_PAD_PER_LINE = 100  # blank lines per line of the chunk beyond which its nodes are shifted
+
+
+def _shift_lines(tree: ast.AST, n: int) -> None:
+    """Move every node of `tree` down `n` lines (`ast.increment_lineno`, without its checks)."""
+    for node in ast.walk(tree):
+        if "lineno" in node._attributes:
+            node.lineno = getattr(node, "lineno", 0) + n
+            end = getattr(node, "end_lineno", None)
+            if end is not None:
+                node.end_lineno = end + n
+
+
 class ChunkSyntaxError(Exception):
     """A chunk did not parse on its own; the caller parses the whole module instead."""
 
@@ -398,16 +467,24 @@ def parse_chunk(text: str, chunk: Chunk, filename: str = "<lint>") -> tuple[list
     follows the class in a class's last method chunk."""
     src = text[chunk.start : chunk.end] + chunk.filler
     wrapped = chunk.parent is not None
-    # blank lines in front give the parser the file's line numbers (cheaper than shifting
-    # every node afterwards); a method chunk sits in an `if 1:` at the class body's level
+    # blank lines in front give the parser the file's line numbers: cheaper than shifting
+    # every node afterwards (a blank line costs the tokenizer about a hundredth of what a
+    # line of code costs to shift), unless they far outnumber the chunk's own lines; then,
+    # parsing each of many small chunks of a long file would be quadratic in its length. A
+    # method chunk sits in an `if 1:` at the class body's level.
     pad = chunk.line - 1 - (1 if wrapped else 0)
+    shift = 0
+    if pad > _MAX_PAD_LINES and pad > _PAD_PER_LINE * (text.count("\n", chunk.start, chunk.end) + 1):
+        shift = pad
     if wrapped:
         src = "if 1:\n" + src
-    src = "\n" * pad + src
+    src = "\n" * (pad - shift) + src
     try:
         tree = compile(src, filename, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         raise ChunkSyntaxError(str(exc)) from None
+    if shift:
+        _shift_lines(tree, shift)
     if wrapped:
         return list(tree.body[0].body), list(tree.body[1:])
     return list(tree.body), []

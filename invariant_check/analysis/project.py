@@ -15,6 +15,7 @@ class or function of that name anywhere in the project, and the result says so
 from __future__ import annotations
 
 import ast
+import bisect
 import builtins
 import os
 import re
@@ -39,6 +40,9 @@ from .source import DecodeError, Source, decode
 
 BUILTINS = frozenset(dir(builtins))
 MAX_DEPTH = 12  # alias chains and MRO walks; real code is far shallower
+# whole words in the bytes of files: `\w` of a bytes pattern is an ASCII letter, digit or `_`
+_BYTES_WORD = re.compile(rb"\w+")
+_INDEX_WORDS_AFTER = 8  # words searched for file by file before the files' words are indexed
 
 
 # -- symbols -------------------------------------------------------------------------------------
@@ -127,6 +131,7 @@ class Module:
         self.error: str | None = None  # why it could not be read, decoded or parsed
         self._whole: list[ast.stmt] | None = None  # the file parsed whole (chunks failed)
         self._stored: dict | None = None
+        self._code_chunks: tuple[Outline, list[Chunk]] | None = None
         self.origin = "project"  # or extra, environment, bundled (see `environment`)
 
     # loading
@@ -176,7 +181,7 @@ class Module:
         ol = self.outline
         if ol.whole:
             return ol.chunks[0]
-        top = [c for c in ol.chunks if c.parent is None and c.name == head]
+        top = ol.named(head)
         if not top:
             for chunk in self.module_code_chunks():
                 found = self.chunk_facts(chunk)
@@ -185,8 +190,7 @@ class Module:
             return None
         chunk = top[-1]  # a later definition of the same name wins, as at run time
         if rest and chunk.kind == CLASS:
-            method = rest.split(".", 1)[0]
-            subs = [c for c in ol.children(chunk) if c.name == method]
+            subs = ol.child_named(chunk, rest.split(".", 1)[0])
             if subs:
                 return subs[-1]
         return chunk
@@ -197,6 +201,8 @@ class Module:
         ol = self.outline
         if ol.whole:
             return [ol.chunks[0]]
+        if self._code_chunks is not None and self._code_chunks[0] is ol:
+            return self._code_chunks[1]
         out = []
         for chunk in ol.top():
             if chunk.kind == HEAD:
@@ -205,20 +211,36 @@ class Module:
                 subs = ol.children(chunk) if chunk.kind == CLASS else []
                 tail = [c for c in subs if c.extra_module]
                 out.extend(tail if tail else [chunk])
+        self._code_chunks = (ol, out)
         return out
 
     def leaf_chunks(self, need=None) -> Iterator[Chunk]:
         """Every chunk that holds definitions, classes split into methods; with `need`, only
-        those whose text may satisfy it (a class is split only if its whole text may)."""
+        those whose text may satisfy it (a class is split only if its whole text may).
+
+        A need that names its anchors (a word's occurrences) is asked only of the chunks that
+        hold one: the others cannot meet it, and a file of N definitions asked about each of
+        their names is then read in O(N) chunk questions, not O(N^2)."""
         ol = self.outline
         text = ol.text
         ol.exclude_prose()
-        for chunk in ol.top():
+        anchors = need.anchors(text) if need is not None else None
+        if anchors is None:
+            tops = ol.top()
+        else:
+            tops = []
+            for at in anchors:
+                chunk = ol.top_at(at)
+                if chunk is not None and (not tops or tops[-1] is not chunk):
+                    tops.append(chunk)
+        for chunk in tops:
             if need is not None and not need.holds(text, chunk.start, max(chunk.end, chunk.span_end)):
                 continue
             subs = ol.children(chunk) if chunk.kind == CLASS and not ol.whole else []
             if need is None or not subs or need.holds(text, chunk.start, chunk.end):
                 yield chunk
+            if anchors is not None and subs:
+                subs = _holding(ol, chunk, anchors)
             for sub in subs:
                 if need is None or need.holds(text, sub.start, sub.end):
                     yield sub
@@ -382,6 +404,18 @@ class Module:
                 if qual == info.qual and not isinstance(node, ast.ClassDef):
                     return node
         return None
+
+
+def _holding(ol: Outline, cls: Chunk, anchors: list[int]) -> list[Chunk]:
+    """The chunks of a split top-level class that hold one of the (sorted) anchors, in order."""
+    lo = bisect.bisect_left(anchors, cls.start)
+    hi = bisect.bisect_left(anchors, max(cls.end, cls.span_end))
+    out: list[Chunk] = []
+    for at in anchors[lo:hi]:
+        sub = ol.child_at(cls, at)
+        if sub is not None and (not out or out[-1] is not sub):
+            out.append(sub)
+    return out
 
 
 def syntax_message(exc: BaseException) -> str:
@@ -634,12 +668,20 @@ class Project:
         self._listing = listing
         self._digest = digest
         self.modules: dict[Path, Module] = {}
+        self._by_str: dict[str, Module] = {}  # the same, by the path as a dependency names it
         self._root_of: dict[Path, Path] = {}
         self._by_name: dict[tuple, Path | None] = {}
         self._lookup_deps: dict[tuple, frozenset] = {}
         self._classes: dict[tuple[Path, str], ClassInfo] = {}
         self._files: list[Path] | None = None
-        self._contains: dict[str, list[Path]] = {}
+        self._contains: dict[str, tuple[list[Path], tuple[str, ...]]] = {}  # word -> files, as noted
+        # whole-word questions about the project's files (see `files_containing`)
+        self._known_digests: dict[Path, str | None] = {}
+        self._words_asked = 0
+        self._file_ids: dict[Path, int] = {}  # files whose words are indexed
+        self._file_digests: dict[Path, str | None] = {}
+        self._postings: dict[bytes, list[int]] = {}  # word -> ids of the files holding it
+        self._sites: dict = {}  # call sites by callee name (`call_sites`)
         # paths of every file whose content a question depended on: the caller records them
         self.tracker = Tracker()
 
@@ -715,9 +757,14 @@ class Project:
             mod = Module(self, path, name if origin != "project" and name else self.module_name(path), data)
             mod.origin = origin
             self.modules[path] = mod
+            self._by_str[str(path)] = mod
         elif data is not None and mod._data is None:
             mod._data = data
         return mod
+
+    def loaded(self, path: str) -> Module | None:
+        """The module loaded from this path (as a dependency names it), if any."""
+        return self._by_str.get(path)
 
     def find_module(self, name: str, near: "Module | None" = None, probe: bool = False) -> Module | None:
         """A module by its dotted name, as `near` imports it: from the project, else from
@@ -769,31 +816,115 @@ class Project:
         return self._files
 
     def files_containing(self, word: str) -> list[Path]:
-        """Project files whose text holds `word` (a whole word)."""
+        """Project files whose text holds `word` (a whole word: no ASCII letter, digit or `_`
+        on either side in the bytes)."""
         got = self._contains.get(word)
         if got is None:
-            raw = word.encode()
-            rx = re.compile(rb"(?<![\w])" + re.escape(raw) + rb"(?![\w])")
-            got = []
-            store = self._store
-            for path in self.list_files():
-                known = store.known_digest(path)
-                present = store.holds_word(known, word) if known is not None else None
-                if present is None:
+            found = self._containing(word)
+            got = self._contains[word] = (found, tuple(sorted(str(p) for p in found)))
+        self.tracker.note(("word", word, got[1]))
+        return got[0]
+
+    def files_containing_noted(self, word: str) -> tuple[str, ...]:
+        """`files_containing(word)` as a dependency records it: sorted path strings."""
+        self.files_containing(word)
+        return self._contains[word][1]
+
+    def _containing(self, word: str) -> list[Path]:
+        # The first few words are searched for file by file (a byte search, then a regex where
+        # it hits: cheap for a few words). Past `_INDEX_WORDS_AFTER` words, each file's words
+        # are indexed once, on its first read, and every later word is a lookup: N names
+        # asked about cost one pass over the files, not N. Either way a file whose answer the
+        # store keeps (the cache, by content) is not read.
+        raw = word.encode()
+        indexed = self._words_asked >= _INDEX_WORDS_AFTER and _BYTES_WORD.fullmatch(raw) is not None
+        self._words_asked += 1
+        rx = None
+        holders: set[int] | None = None
+        store = self._store
+        got = []
+        for path in self.list_files():
+            known = self._known_digest(path)
+            present = store.holds_word(known, word) if known is not None else None
+            if present is None:
+                d = known
+                if indexed:
+                    fid = self._file_ids.get(path)
+                    if fid is None:
+                        words = self._index_file(path)
+                        if words is None:
+                            continue  # unreadable
+                        present = raw in words
+                    else:
+                        if holders is None:
+                            holders = set(self._postings.get(raw, ()))
+                        present = fid in holders
+                    d = d or self._file_digests.get(path)
+                else:
                     try:
                         data = self._read(path)
                     except OSError:
                         continue
+                    if rx is None:
+                        rx = re.compile(rb"(?<![\w])" + re.escape(raw) + rb"(?![\w])")
                     present = bool(raw in data and rx.search(data))
-                    if store.keeps_words:
-                        d = known or (self._digest(data) if self._digest is not None else None)
-                        if d is not None:
-                            store.put_word(d, word, present)
-                if present:
-                    got.append(path)
-            self._contains[word] = got
-        self.tracker.note(("word", word, tuple(sorted(str(p) for p in got))))
+                    if store.keeps_words and d is None and self._digest is not None:
+                        d = self._digest(data)
+                if store.keeps_words and d is not None:
+                    store.put_word(d, word, present)
+            if present:
+                got.append(path)
         return got
+
+    def forget_file_states(self) -> None:
+        """Forget which digests the store vouched for (a new run: files may have changed, or
+        be given as buffers now)."""
+        self._known_digests.clear()
+
+    def _known_digest(self, path: Path) -> str | None:
+        if path in self._known_digests:
+            return self._known_digests[path]
+        got = self._known_digests[path] = self._store.known_digest(path)
+        return got
+
+    def _index_file(self, path: Path) -> set[bytes] | None:
+        """Index the words of one file (read once, then answered from the postings); its
+        words, None when it cannot be read."""
+        try:
+            data = self._read(path)
+        except OSError:
+            return None
+        fid = self._file_ids[path] = len(self._file_ids)
+        postings = self._postings
+        words = set(_BYTES_WORD.findall(data))
+        for w in words:
+            got = postings.get(w)
+            if got is None:
+                postings[w] = [fid]
+            else:
+                got.append(fid)
+        if self._store.keeps_words and self._digest is not None and self._known_digest(path) is None:
+            self._file_digests[path] = self._digest(data)
+        return words
+
+    def call_sites(self, name: str) -> list[tuple[Module, F.FunctionFacts, list[F.CallFact]]]:
+        """Every function of the project that calls something named `name` (the last part of
+        the callee's spelling), with those calls, in file and definition order: found once per
+        name (the files holding the word, the definitions holding it in each) and kept, with
+        what finding them read, for every function of that name whose callers are asked."""
+        return self.tracker.memo(self._sites, name, lambda: list(self._call_sites(name)))
+
+    def _call_sites(self, name: str) -> Iterator[tuple[Module, F.FunctionFacts, list[F.CallFact]]]:
+        from .needs import Words
+
+        word = Words(name)
+        for path in self.files_containing(name):
+            module = self.module_at(path)
+            for chunk in module.leaf_chunks(word):
+                for facts in module.chunk_facts(chunk).functions.values():
+                    spots = [c for c in facts.calls if c.name == name]
+                    if spots:
+                        yield module, facts, spots
 
     # classes and functions
     def class_info(self, module: Module, facts: F.ClassFacts) -> ClassInfo:
@@ -977,8 +1108,8 @@ class Project:
         out = []
         for path in self.files_containing(name):
             mod = self.module_at(path)
-            for chunk in mod.outline.top():
-                if chunk.name == name and (chunk.kind == CLASS) == (kind == "class"):
+            for chunk in mod.outline.named(name):
+                if (chunk.kind == CLASS) == (kind == "class"):
                     sym_kind = "class" if kind == "class" else "function"
                     out.append(Symbol(sym_kind, f"{mod.name}.{name}", mod, name, "short-name"))
         return out
