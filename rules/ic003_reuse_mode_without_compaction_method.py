@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Names, Words
-from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, declares_only
+from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, declares_only
 from invariant_check.rule import Report, Rule
 from invariant_check.types import Fix, Invalid, Option, Valid
 
@@ -458,8 +458,10 @@ class Predictor(nn.Module):
         members = info.own_members()
         if switch not in members:
             return
-        _, _, has = info.lookup(compaction)
-        if has:
+        if self._roles is None or self._roles.project is not view.project:
+            self._roles = TopkRoles(view.project, self.names)
+        how, giver = self._roles.compaction(info)
+        if how in (METHOD, INSTANCE, ABSTRACT):
             return
         if members[switch] is None:
             own = info.module.function(f"{info.qual}.{switch}")
@@ -468,8 +470,6 @@ class Predictor(nn.Module):
                 return  # an interface that declares the switch: its implementations answer
         external = set(self.options["external-bases"])
         unknown, fallback = [], False
-        if self._roles is None or self._roles.project is not view.project:
-            self._roles = TopkRoles(view.project, self.names)
         for sym, spelled, cls in _ancestors_with_spelling(info):
             if sym.kind == "class" and view.project.class_of(sym) is not None:
                 fallback = fallback or sym.via == "short-name"
@@ -492,10 +492,18 @@ class Predictor(nn.Module):
         data = {"class": info.name, "bases": [b or "?" for b in info.base_spellings()]}
         if fallback:
             data["resolved_by"] = "short-name"
+        if how == PLACEHOLDER and giver is not None:
+            data["placeholder"] = giver.name
+            where = "its" if giver is info else f"`{giver.qual}`'s"
+            problem = (
+                f"Class `{info.qual}` defines `{switch}` but {where} `{compaction}` only declares "
+                f"itself and compacts nothing"
+            )
+        else:
+            problem = f"Class `{info.qual}` defines `{switch}` but neither it nor a base class has `{compaction}`"
         yield Report(
             view.name_span(),
-            f"Class `{info.qual}` defines `{switch}` but neither it nor a base class has "
-            f"`{compaction}`: draft steps that reuse the top-k buffer would read per-token rows",
+            f"{problem}: draft steps that reuse the top-k buffer would read per-token rows",
             compaction_method_hint(compaction),
             data,
         )
