@@ -13,13 +13,14 @@ from invariant_check.analysis.needs import (
     All,
     LoopLeftover,
     Names,
+    bound,
     subscripted,
 )
 from invariant_check.analysis.needs import (
     Any as AnyOf,
 )
 from invariant_check.analysis.source import one_line
-from invariant_check.analysis.values import FIRST_INDEX, POP_CALL, STAR_TARGET, OneEntry, Produced, picked
+from invariant_check.analysis.values import COMPREHENSIONS, FIRST_INDEX, POP_CALL, STAR_TARGET, OneEntry, Produced, picked
 from invariant_check.analysis.values import Finding as ValueFinding
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
@@ -107,13 +108,17 @@ class LastEntryValidation(Rule):
       `return`, `if len(xs) > 1: raise`, `(x,) = xs`, the check under `if len(xs) == 1:`), or
       a mapping whose values are one object (`dict.fromkeys(names, md)`, bound once and not
       stored into);
+    - a pick keyed by what a loop around it iterates (`d[group.layer_names[0]]` in
+      `for group in groups:`): one entry of every group, not one entry;
     - the collection is an attribute of `self` that every write keeps at one entry, with at
       least one write proving it: `if len(groups) != 1: raise` before
       `self.draft_attn_groups = list(groups)` in another method. The writes are looked for
       in the class, its bases and its subclasses across the project. No proof (the finding
       stays) when the attribute is written through another object
       (`runner.drafter.draft_attn_groups = groups`), grown in place (`.append`, `+=`,
-      `[k] = v`), or when a base class cannot be read;
+      `[k] = v`), or when a base class cannot be read. A base's method that the class
+      overrides without calling it through `super()` never runs on its instances: its
+      writes do not count;
     - `xs[0]` of a name this function did not fill with entries itself (a comprehension,
       `list(d.values())`, stores in a loop): a parameter's or attribute's `[0]` is read as a
       tuple's first field (`attn_metadata[0].decode` of a list of per-cache metadata), not as
@@ -131,7 +136,12 @@ class LastEntryValidation(Rule):
     ## What a loop leaves behind
     The names its body or target binds (assignment, unpacking, `with ... as`, walrus, nested
     loops, `except ... as`, `self.x = ...`), in `for` and `while` loops, and a collection
-    subscripted by the loop's own variable after the loop (`per_layer[layer_name]`).
+    subscripted by the loop's own variable after the loop (`per_layer[layer_name]`). Also:
+    the name a walrus binds inside a comprehension (`[(md := build(g)) for g in groups]`
+    leaves the last group's `md` in the function), and what a function returns from its own
+    loop (`per_layer, md = self._build_attn_metadata(cad)`, when every return of
+    `_build_attn_metadata` hands back its loop's last `md` in that place; the other values
+    then are in what the same call returned beside it).
     Not flagged: a search loop that `break`s; a name reassigned between the loop and the check;
     a loop in one branch of an `if` only; a loop over one element (`[x]`, `(x,)`, `range(1)`,
     `xs[:1]`, `xs[-1:]`, or after `assert len(xs) == 1`, `assert len(xs) <= 1`,
@@ -397,6 +407,35 @@ def check_groups(self, per_layer_attn_metadata):
             raise ValueError(f"unsupported draft metadata {type(attn_metadata)}")
     self.run_model(per_layer_attn_metadata)
 """
+        ),
+        # The subclass overrides the method that sets the groups, without `super()`, and
+        # allows one group only: the base's write never runs on its instances.
+        Valid(
+            """
+from .base import BaseProposer
+
+
+class OneGroupProposer(BaseProposer):
+    def initialize_attn_backend(self, groups):
+        if len(groups) != 1:
+            raise NotImplementedError("one attention group only")
+        self.draft_attn_groups = list(groups)
+
+    def build(self, cad):
+        per_layer = {}
+        for group in self.draft_attn_groups:
+            attn_metadata = group.builder.build_for_drafting(cad, 0)
+            for name in group.layer_names:
+                per_layer[name] = attn_metadata
+        if not isinstance(attn_metadata, FlashAttentionMetadata):
+            raise ValueError("unsupported")
+        return per_layer
+""",
+            files={"base.py": """
+class BaseProposer:
+    def initialize_attn_backend(self, groups):
+        self.draft_attn_groups = list(groups)
+"""},
         ),
     ]
     INVALID = [
@@ -759,6 +798,43 @@ class OneGroupProposer:
 """,
             line=16,
         ),
+        # A walrus in a comprehension binds in the function: after it, the name holds the
+        # last group's metadata.
+        Invalid(
+            """
+def prepare(self, cad):
+    group_metadata = [
+        (attn_metadata := group.get_metadata_builder().build_for_drafting(cad, 0))
+        for group in self.draft_attn_groups
+    ]
+    assert isinstance(attn_metadata, FlashAttentionMetadata)
+    return self.run_model(group_metadata)
+""",
+            line=6,
+            message_contains="last `attn_metadata`",
+        ),
+        # The group loop moved into a helper that returns its last value beside the dict.
+        Invalid(
+            """
+class Proposer:
+    def _build(self, cad):
+        per_layer = {}
+        attn_metadata = None
+        for group in self.draft_attn_groups:
+            attn_metadata = group.get_metadata_builder().build_for_drafting(cad, 0)
+            for name in group.layer_names:
+                per_layer[name] = attn_metadata
+        return per_layer, attn_metadata
+
+    def propose(self, cad):
+        per_layer, attn_metadata = self._build(cad)
+        if not isinstance(attn_metadata, self.allowed_attn_types):
+            raise ValueError("unsupported draft attention metadata")
+        return self.run_model(per_layer)
+""",
+            line=13,
+            message_contains="inside `self._build(...)`",
+        ),
     ]
 
     @classmethod
@@ -772,6 +848,9 @@ class OneGroupProposer:
             AfterLoop(subscripted(md)),
             # any name a loop leaves behind, checked against a metadata type after the loop
             AfterLoop(type_check),
+            # a metadata name bound (from a call whose function returns its loop's last
+            # value, or by a comprehension's walrus) and checked against a metadata type
+            All(bound(md), type_check),
             # one entry picked out of a metadata collection, or checked against a type
             picked(md),
             All(type_check, AnyOf(LAST_INDEX, NEXT_OF_ITER, FIRST_INDEX, POP_CALL, STAR_TARGET)),
@@ -841,8 +920,10 @@ class OneGroupProposer:
             header = _header(view, loop)
             verb = "decides on" if dispatch else ("validates" if check.kind in ("type", "helper") else "checks")
             subject = found.via if found.via and found.via != found.name else found.name
+            header = f"inside `{header}`" if isinstance(loop, ast.Call) else f"`{header}`"
+            where = f"the loop {header}"
             message = (
-                f"`{text}` {verb} only the last `{subject}` produced by the loop `{header}`; "
+                f"`{text}` {verb} only the last `{subject}` produced by {where}; "
                 f"every other entry goes {'unseen' if dispatch else 'unchecked'}"
             )
             collection = _collection_of(loop, found.name) or _iterated(loop, found.name)
@@ -883,6 +964,11 @@ def _last(name: str) -> str:
 def _header(view: FunctionView, loop: ast.AST) -> str:
     if isinstance(loop, ast.While):
         return one_line(f"while {view.text(loop.test)}", 80)
+    if isinstance(loop, ast.Call):  # a loop of the function called
+        return one_line(f"{view.text(loop.func)}(...)", 80)
+    if isinstance(loop, COMPREHENSIONS):  # a walrus in a comprehension: its first `for`
+        gen = loop.generators[0]
+        return one_line(f"for {view.text(gen.target)} in {view.text(gen.iter)}", 80)
     prefix = "async for" if isinstance(loop, ast.AsyncFor) else "for"
     return one_line(f"{prefix} {view.text(loop.target)} in {view.text(loop.iter)}", 80)
 
@@ -891,12 +977,12 @@ def _hint(dispatch: bool, collection: str | None, header: str | None, check, vie
     values = f"{collection}.values()" if collection else "the per-group values"
     types = view.text(check.types) if check.types is not None else "T"
     if dispatch:
-        where = f" (or decide inside the loop `{header}`)" if header else ""
+        where = f" (or decide inside the loop {header})" if header else ""
         return (
             f"This picks one code path from one group's type: decide per group{where}, or say "
             f"which group decides, e.g. `any(isinstance(md, {types}) for md in {values})`."
         )
-    where = f", or move the check into the loop `{header}`" if header else ""
+    where = f", or move the check into the loop {header}" if header else ""
     return (
         f"Check every entry: `if not all(isinstance(md, {types}) for md in {values}): raise ...`"
         f"{where}."

@@ -108,7 +108,7 @@ class _Target:
 
 def other_entries(view, finding, validator: Validator | None = None) -> Use:
     """Whether the entries `finding`'s check did not see are used after it (see the module)."""
-    from .values import Produced
+    from .values import COMPREHENSIONS, Produced
 
     func = view.node
     body = func.body if isinstance(func, (*FUNCS, ast.Module)) else []
@@ -117,7 +117,31 @@ def other_entries(view, finding, validator: Validator | None = None) -> Use:
     origin = finding.origin
     order = list(_statements(body))
 
-    if isinstance(origin, Produced):
+    if isinstance(origin, Produced) and isinstance(origin.loop, ast.Call):
+        # the last value of a loop in the function called (`per_layer, md = self._build()`):
+        # the other values are in what the same call returned beside it
+        loop = origin.loop
+        holders = set()
+        for st in order:
+            if isinstance(st, ast.Assign) and st.value is loop:
+                for t in st.targets:
+                    elts = t.elts if isinstance(t, ast.Tuple) else [t]
+                    holders |= {e.id for e in elts if isinstance(e, ast.Name) and e.id != finding.name}
+        target = _Target(check, _statement_of(order, loop), None, None, None)
+        entries = {finding.name}
+    elif isinstance(origin, Produced) and isinstance(origin.loop, COMPREHENSIONS):
+        # a walrus left behind by a comprehension: the other values are in what the
+        # comprehension built (`group_md = [(md := ...) for ...]`)
+        loop = origin.loop
+        holders = set()
+        for st in order:
+            if isinstance(st, (ast.Assign, ast.AnnAssign)) and st.value is not None and any(n is loop for n in ast.walk(st.value)):
+                for t in st.targets if isinstance(st, ast.Assign) else [st.target]:
+                    if isinstance(t, ast.Name):
+                        holders.add(t.id)
+        target = _Target(check, loop, loop, None, None if holders else loop)
+        holders, entries = holders, {finding.name}
+    elif isinstance(origin, Produced):
         loop = origin.loop
         if isinstance(loop, (ast.For, ast.AsyncFor)):
             attr = self_attribute(loop.iter)
@@ -165,6 +189,15 @@ def other_entries(view, finding, validator: Validator | None = None) -> Use:
 
 
 # -- before the check -------------------------------------------------------------------------
+
+
+def _statement_of(order: list[ast.stmt], node: ast.AST) -> ast.stmt:
+    """The statement (of `order`) holding `node`, innermost."""
+    found = order[0]
+    for st in order:
+        if any(sub is node for sub in ast.walk(st)):
+            found = st
+    return found
 
 
 def _handed_on(loop: ast.AST, name: str, func: ast.AST) -> tuple[set[str], ast.AST | None]:

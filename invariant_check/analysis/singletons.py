@@ -18,7 +18,8 @@ all of them. A collection holds at most one entry when:
   made through another object (`runner.drafter.draft_attn_groups = ...`, whose class cannot
   be known), when the attribute is grown in place (`.append`, `.extend`, `+=`, `[k] = v`),
   or when a class on the way cannot be read (an unresolved base, a bundled model whose
-  method bodies are not modelled).
+  method bodies are not modelled). A base's method that the class overrides without calling
+  it through `super()` never runs on its instances: its writes do not count.
 """
 
 from __future__ import annotations
@@ -228,6 +229,8 @@ def _writes_in(project, module, facts, attr: str, owner, family: set[str]) -> bo
     attribute with one entry proven; False when it writes nothing that matters here."""
     from .project import FunctionInfo
 
+    if _overridden(module, facts, owner):
+        return False  # never runs on `owner`'s instances
     node = FunctionInfo(module, facts).node()
     if node is None:
         return None
@@ -280,6 +283,27 @@ def _writes_in(project, module, facts, attr: str, owner, family: set[str]) -> bo
             continue
         return None
     return proven
+
+
+def _overridden(module, facts, owner) -> bool:
+    """A method of a base of `owner` that `owner` (or a class between them) overrides without
+    calling it through `super()`: it never runs on `owner`'s instances."""
+    if facts.cls is None:
+        return False
+    mro = owner.classes()
+    if not any(c.module.path == module.path and c.qual == facts.cls for c in mro[1:]):
+        return False  # not a base's method (the class's own, or a subclass's)
+    name = facts.qual.rsplit(".", 1)[-1]
+    for cls in mro:
+        if cls.module.path == module.path and cls.qual == facts.cls:
+            return False  # reached the class that defines it
+        if name not in cls.own_members():
+            continue
+        override = cls.module.function(f"{cls.qual}.{name}")
+        if override is None or any(c.ref == f"super().{name}" for c in override.facts.calls):
+            return False
+        return True
+    return False
 
 
 def _empty(value: ast.AST) -> bool:

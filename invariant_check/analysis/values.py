@@ -35,11 +35,15 @@ from .singletons import collection as _collection
 from .singletons import guarantee_of, one_element, source
 
 
+COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
 @dataclass(frozen=True)
 class Produced:
     """A value whose current binding is the last one a loop produced."""
 
-    loop: ast.AST  # For / AsyncFor / While
+    loop: ast.AST  # For / AsyncFor / While, a comprehension whose walrus bound it, or the
+    # call of a function that returns what its own loop left
 
 
 @dataclass(frozen=True)
@@ -77,6 +81,8 @@ class Finding:
 # names let a rule skip values it does not care about before asking the project
 # (the call, the argument's position or keyword, the names the argument stands for)
 Validator = Callable[[ast.Call, "int | str", tuple[str, ...]], bool]
+# a call -> the positions of its result (None: the whole value) that the callee's loop left
+Returned = Callable[[ast.Call], frozenset]
 
 
 @dataclass
@@ -93,10 +99,16 @@ class LastValues:
     """Walks one function (or a module's top-level code) and yields every check of a loop
     leftover or a one-entry value."""
 
-    def __init__(self, func: ast.AST, is_validator: Validator | None = None, source=None) -> None:
+    def __init__(self, func: ast.AST, is_validator: Validator | None = None, source=None, returned: Returned | None = None) -> None:
         self.func = func
         self.is_validator = is_validator or (lambda call, pos, names: False)
+        # which results of a call are a loop's leftover in the function it calls (its
+        # `return per_layer, attn_metadata` after the group loop)
+        self.returned = returned or (lambda call: frozenset())
         self.found: list[Finding] = []
+        # what this function's returns hand back that a loop left behind: tuple positions
+        # (None: the whole value), on every return that returns something
+        self.returns_leftover: list[frozenset] = []
         # the module's text: a statement whose text names no tracked value (and holds no
         # one-entry shape) is not walked
         self._text = source.text if source is not None else None
@@ -197,7 +209,20 @@ class LastValues:
             flag_check = None
             if value is not None and len(names) == 1:
                 flag_check = _type_call_in(value)
+            if value is not None:
+                self._walrus(value, state, acc)
             self._bind(names, state, acc, value if len(names) == 1 else None, reads)
+            if isinstance(value, ast.Call) and len(targets) == 1:
+                # `per_layer, md = self._build(cad)`: a loop leftover of the callee
+                positions = self.returned(value)
+                if positions:
+                    t = targets[0]
+                    if isinstance(t, ast.Name) and None in positions:
+                        state[t.id] = Produced(value)
+                    elif isinstance(t, ast.Tuple):
+                        for i, e in enumerate(t.elts):
+                            if isinstance(e, ast.Name) and i in positions:
+                                state[e.id] = Produced(value)
             # `k, md = d.popitem()`, `first, *rest = d.values()`
             if value is not None and len(targets) == 1 and len(names) > 1:
                 state.update(unpacked_entries(targets[0], value, self._collections))
@@ -226,6 +251,13 @@ class LastValues:
         if isinstance(st, (ast.Return,)):
             if st.value is not None:
                 self._check_calls(st.value, st, state)
+                elts = st.value.elts if isinstance(st.value, ast.Tuple) else [st.value]
+                positions = {
+                    (i if isinstance(st.value, ast.Tuple) else None)
+                    for i, e in enumerate(elts)
+                    if isinstance(e, ast.Name) and isinstance(state.get(e.id), Produced)
+                }
+                self.returns_leftover.append(frozenset(positions))
             return
         if isinstance(st, ast.If):
             raises = _raises(st.body)
@@ -296,9 +328,20 @@ class LastValues:
         seg = self._segment(expr)
         if seg is not None and ":=" not in seg:
             return
-        for node in _walk_expr(expr):
-            if isinstance(node, ast.NamedExpr):
+        # `[(md := build(g)) for g in groups]`: the walrus binds in the enclosing function,
+        # and what it leaves behind is the last element's value
+        comps = [n for n in ast.walk(expr) if isinstance(n, COMPREHENSIONS)]
+        in_comp = {id(w): c for c in comps for w in ast.walk(c) if isinstance(w, ast.NamedExpr)}
+        for node in ast.walk(expr):
+            if not isinstance(node, ast.NamedExpr):
+                continue
+            comp = in_comp.get(id(node))
+            if comp is None:
                 self._bind([node.target.id], state, acc, node.value, node.target.id in _refs_read(node.value))
+            else:
+                self._bind([node.target.id], state, acc)
+                if not one_element(comp.generators[0].iter, set()):
+                    state[node.target.id] = Produced(comp)
 
     def _loop(self, loop, state, singles, acc, flags) -> None:
         inner_acc = _Acc()

@@ -6,6 +6,7 @@ import ast
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
+from .facts import ref
 from .flow import Flow
 from .project import ClassInfo, FunctionInfo, Module, Project, Scope, Symbol
 from .source import Source
@@ -59,6 +60,7 @@ class Context:
     def __init__(self, project: Project) -> None:
         self.project = project
         self._summaries: dict[int, Summaries] = {}
+        self.leftovers: dict[tuple, frozenset] = {}  # function -> returned loop leftovers
 
     def summaries(self, depth: int = 4) -> Summaries:
         got = self._summaries.get(depth)
@@ -113,7 +115,26 @@ class FunctionView:
         return Flow(self.node)
 
     def last_values(self, is_validator: Callable[[ast.Call, int | str, tuple[str, ...]], bool] | None = None) -> list[ValueFinding]:
-        return LastValues(self.node, is_validator, self.source).run()
+        return LastValues(self.node, is_validator, self.source, self._returned_leftover).run()
+
+    def _returned_leftover(self, call: ast.Call) -> frozenset:
+        """Which results of `call` the function it calls left behind from a loop (every
+        return agrees): `return per_layer, attn_metadata` after the group loop."""
+        spelled = ref(call.func)
+        if spelled is None:
+            return frozenset()
+        fn = self.ctx.summaries().function_for(self.resolve(spelled))
+        if fn is None:
+            return frozenset()
+        def compute() -> frozenset:
+            node = fn.node()
+            if node is None:
+                return frozenset()
+            lv = LastValues(node, None, fn.module.source)
+            lv.run()
+            return frozenset.intersection(*lv.returns_leftover) if lv.returns_leftover else frozenset()
+
+        return self.project.tracker.memo(self.ctx.leftovers, (str(fn.module.path), fn.qual), compute)
 
     def text(self, node: ast.AST) -> str:
         return self.source.segment(node)

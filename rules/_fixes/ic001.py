@@ -33,6 +33,8 @@ def build(rule, report, view) -> Fix | None:
     found = _finding_at(view, report.node)
     if found is None or any(isinstance(sub, ast.NamedExpr) for sub in ast.walk(found.check.node)):
         return None  # (a walrus binds the picked entry: its text cannot be rewritten in place)
+    if isinstance(found.origin, Produced) and not isinstance(found.origin.loop, (ast.For, ast.AsyncFor, ast.While)):
+        return None  # left behind by a comprehension's walrus: no loop body to move into
     ed = Editor(view.source)
     func = view.node
     entry = fresh_name(func, ["md", "group_md", "entry_md"])
