@@ -69,10 +69,19 @@ class SkipTopkWithoutCompaction(Rule):
     of `self.x`, `functools.partial` bindings, up to `helper-depth` calls deep). A project
     function compacts when it calls `compaction-method` or gathers the rows of a buffer named
     like `topk-buffers` in place, under any name of its own: `buf[:n].copy_(buf[idx])`,
-    `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)` (also through a local alias,
-    `buf = layer.indexer.topk_indices_buffer`). Such a gather written out in the function
+    `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)`,
+    `buf.narrow(0, 0, n).copy_(buf.index_select(0, idx))`, `torch.gather`/`index_copy_`
+    forms, through a local alias (`buf = layer.indexer.topk_indices_buffer`, `getattr`, a
+    view of it) or an entry of a container of buffers read back (`{b.data_ptr(): b ...}` then
+    `for buf in d.values()`). A gather into a copy (`rows = buf.clone()`, then
+    `rows[:n] = rows[idx]`) compacts nothing shared. Such a gather written out in the function
     itself compacts where it stands; a `for` loop that runs no forward and gathers on some
-    path (each layer's buffer, skipping those already gathered) is one compaction.
+    path (each layer's buffer, skipping those already gathered) is one compaction. The
+    compaction and the switch may also be called through what binds them: a local or an
+    instance attribute bound to `functools.partial(<model>.compact_topk_indices, rows)` or to
+    the bound method, or a class attribute `staticmethod(helper)`; a switch bound to
+    `self._reuse_on = functools.partial(<model>.set_skip_topk, True)` is judged where
+    `self._reuse_on()` is called and reported where it is bound.
 
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
     switch under `if self.share:` pairs with a compaction under the same `if self.share:`,
@@ -585,6 +594,67 @@ def test_switch_after_step0():
     assert proposer.model.model.set_skip_topk.called
 """
         ),
+        # A gather written with `narrow`/`index_select` in a helper, one distinct buffer once.
+        Valid(
+            """
+from .rows import squeeze_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    squeeze_rows(self.model.model.layers, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            files={
+                "rows.py": """
+def squeeze_rows(layers, rows):
+    done = set()
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        if buf.data_ptr() in done:
+            continue
+        done.add(buf.data_ptr())
+        buf.narrow(0, 0, rows.numel()).copy_(buf.index_select(0, rows))
+"""
+            },
+        ),
+        # The compaction bound with `functools.partial` and called after the switch.
+        Valid(
+            """
+import functools
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    squeeze = functools.partial(self.model.model.compact_topk_indices, token_indices_to_sample)
+    self.model.model.set_skip_topk(True)
+    squeeze()
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
+        # The compaction held as a class attribute: a `staticmethod` of a helper elsewhere.
+        Valid(
+            """
+from .rows import compact_rows
+
+class Proposer:
+    _compact = staticmethod(compact_rows)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        self._compact(self.model.model, token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            files={
+                "rows.py": """
+def compact_rows(model, rows):
+    model.compact_topk_indices(rows)
+"""
+            },
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -911,6 +981,38 @@ class Drafter:
             hidden = self.model(batch)
 """,
             line=21,
+        ),
+        # The switch bound with `functools.partial` in one method and called in another.
+        Invalid(
+            """
+import functools
+
+class Proposer:
+    def load_model(self, model):
+        self.model = model
+        self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._reuse_on()
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            line=6,
+        ),
+        # Rows gathered into a copy of each buffer: the shared buffer itself is left as it was.
+        Invalid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    for layer in self.model.model.layers:
+        rows = layer.indexer.topk_indices_buffer.clone()
+        rows[: token_indices_to_sample.numel()] = rows[token_indices_to_sample]
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=3,
         ),
     ]
 

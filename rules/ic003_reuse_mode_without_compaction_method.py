@@ -71,6 +71,15 @@ class ReuseModeWithoutCompactionMethod(Rule):
     modelled has, from a newer vLLM that is not installed) might provide it, and the rule
     stays silent.
 
+    The compaction counts as a method or class attribute of the class or an ancestor, an
+    `@abstractmethod` of an `ABC` or `Protocol` (the class cannot be built until a subclass
+    implements it), or a callable bound to every instance in `__init__`
+    (`self.compact_topk_indices = functools.partial(...)`). A compaction whose body only
+    declares it (`...`, `pass`, a docstring, `raise NotImplementedError`, the unimplemented
+    member of an explicit `Protocol` base) compacts nothing: the class is reported, and the
+    message names the placeholder. Methods of the bundled models are not placeholders: their
+    bodies are left out, not empty.
+
     Not reported:
     - a class whose switch only declares it (`...`, `pass`, `raise NotImplementedError`: a
       `Protocol` or an abstract base); the classes that implement it are;
@@ -273,6 +282,28 @@ class NpuMultiTokenPredictor(DeepSeekMultiTokenPredictor):
             layer.mtp_block.self_attn.impl.skip_topk = skip
 """
         ),
+        # The compaction bound on each instance in `__init__`, to a real gather.
+        Valid(
+            """
+import functools
+import torch.nn as nn
+
+def _compact(layers, slot_ids):
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+class Predictor(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = layers
+        self.compact_topk_indices = functools.partial(_compact, self.layers)
+
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+"""
+        ),
     ]
     INVALID = [
         Invalid(
@@ -432,6 +463,38 @@ class Predictor(nn.Module):
         return self.indexer(x, reuse=self.reuse)
 """,
             line=3,
+        ),
+        # A compaction that is only a placeholder: the buffer is never compacted.
+        Invalid(
+            """
+import torch.nn as nn
+
+class Predictor(nn.Module):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+
+    def compact_topk_indices(self, slot_ids):
+        pass  # TODO
+""",
+            line=3,
+            message_contains="compacts nothing",
+        ),
+        # The compaction inherited from an explicit Protocol base is its `...` stub.
+        Invalid(
+            """
+from typing import Protocol
+
+class IndexReuse(Protocol):
+    def set_skip_topk(self, skip: bool) -> None: ...
+    def compact_topk_indices(self, slot_ids) -> None: ...
+
+class Predictor(IndexReuse):
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=7,
         ),
     ]
 
