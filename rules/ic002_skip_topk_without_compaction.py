@@ -4,12 +4,13 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from invariant_check.analysis.facts import last_name, literal_kind, ref
+from invariant_check.analysis.facts import last_name, literal_kind, ref, walk_local
 from invariant_check.analysis.fields import FieldFlow
 from invariant_check.analysis.flow import Flow
 from invariant_check.analysis.needs import Names, Words
+from invariant_check.analysis.objects import partials, through_partial
 from invariant_check.analysis.project import ClassInfo, FunctionInfo
-from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, gathered_topk
+from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, topk_gathers
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
 from invariant_check.types import Fix, Invalid, Option, Valid
@@ -68,10 +69,19 @@ class SkipTopkWithoutCompaction(Rule):
     of `self.x`, `functools.partial` bindings, up to `helper-depth` calls deep). A project
     function compacts when it calls `compaction-method` or gathers the rows of a buffer named
     like `topk-buffers` in place, under any name of its own: `buf[:n].copy_(buf[idx])`,
-    `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)` (also through a local alias,
-    `buf = layer.indexer.topk_indices_buffer`). Such a gather written out in the function
+    `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)`,
+    `buf.narrow(0, 0, n).copy_(buf.index_select(0, idx))`, `torch.gather`/`index_copy_`
+    forms, through a local alias (`buf = layer.indexer.topk_indices_buffer`, `getattr`, a
+    view of it) or an entry of a container of buffers read back (`{b.data_ptr(): b ...}` then
+    `for buf in d.values()`). A gather into a copy (`rows = buf.clone()`, then
+    `rows[:n] = rows[idx]`) compacts nothing shared. Such a gather written out in the function
     itself compacts where it stands; a `for` loop that runs no forward and gathers on some
-    path (each layer's buffer, skipping those already gathered) is one compaction.
+    path (each layer's buffer, skipping those already gathered) is one compaction. The
+    compaction and the switch may also be called through what binds them: a local or an
+    instance attribute bound to `functools.partial(<model>.compact_topk_indices, rows)` or to
+    the bound method, or a class attribute `staticmethod(helper)`; a switch bound to
+    `self._reuse_on = functools.partial(<model>.set_skip_topk, True)` is judged where
+    `self._reuse_on()` is called and reported where it is bound.
 
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
     switch under `if self.share:` pairs with a compaction under the same `if self.share:`,
@@ -584,6 +594,67 @@ def test_switch_after_step0():
     assert proposer.model.model.set_skip_topk.called
 """
         ),
+        # A gather written with `narrow`/`index_select` in a helper, one distinct buffer once.
+        Valid(
+            """
+from .rows import squeeze_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    squeeze_rows(self.model.model.layers, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            files={
+                "rows.py": """
+def squeeze_rows(layers, rows):
+    done = set()
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        if buf.data_ptr() in done:
+            continue
+        done.add(buf.data_ptr())
+        buf.narrow(0, 0, rows.numel()).copy_(buf.index_select(0, rows))
+"""
+            },
+        ),
+        # The compaction bound with `functools.partial` and called after the switch.
+        Valid(
+            """
+import functools
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    squeeze = functools.partial(self.model.model.compact_topk_indices, token_indices_to_sample)
+    self.model.model.set_skip_topk(True)
+    squeeze()
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
+        # The compaction held as a class attribute: a `staticmethod` of a helper elsewhere.
+        Valid(
+            """
+from .rows import compact_rows
+
+class Proposer:
+    _compact = staticmethod(compact_rows)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        self._compact(self.model.model, token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            files={
+                "rows.py": """
+def compact_rows(model, rows):
+    model.compact_topk_indices(rows)
+"""
+            },
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -911,6 +982,38 @@ class Drafter:
 """,
             line=21,
         ),
+        # The switch bound with `functools.partial` in one method and called in another.
+        Invalid(
+            """
+import functools
+
+class Proposer:
+    def load_model(self, model):
+        self.model = model
+        self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._reuse_on()
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            line=6,
+        ),
+        # Rows gathered into a copy of each buffer: the shared buffer itself is left as it was.
+        Invalid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    for layer in self.model.model.layers:
+        rows = layer.indexer.topk_indices_buffer.clone()
+        rows[: token_indices_to_sample.numel()] = rows[token_indices_to_sample]
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=3,
+        ),
     ]
 
     @classmethod
@@ -950,20 +1053,72 @@ class Drafter:
         if view.name == self.switch:
             return  # the switch's own body only delegates
         flow = None
+        local = None
         for call in _calls(view.node):
-            if last_name(call.func) != self.switch or _switch_value(call) is not True:
+            made = call
+            if last_name(call.func) != self.switch:
+                # a call of a local bound to the switch: `enter = partial(m.set_skip_topk, True)`
+                local = partials(view.node) if local is None else local
+                made = _called(call, local, _aliases(view.node))
+            if last_name(made.func) != self.switch or _switch_value(made) is not True:
                 continue
             flow = flow or FieldFlow(view.node)
             idx = flow.by_call.get(id(call))
             if idx is None:
                 continue  # in a lambda or nested scope
-            window = _Window(self, view, flow, call)
+            window = _Window(self, view, flow, call, made)
             verdict = window.judge(idx)
             if verdict.ok:
                 continue
             if self.roles(view).of_receiver(view, window.receiver) == NONE:
                 continue  # an object that holds no shared top-k buffer (a sampler)
             yield Report(call, window.message(verdict), window.hint(), verdict.data())
+        yield from self._bound_switches(view)
+
+    def _bound_switches(self, view: FunctionView) -> Iterator[Report]:
+        """The switch bound to an instance attribute (`self._reuse_on =
+        functools.partial(self.model.model.set_skip_topk, True)` or `= <model>.set_skip_topk`)
+        and called in a method of the class (`self._reuse_on()`): each such call is the switch,
+        judged where it is called, and reported where it is bound."""
+        owner = view.owner()
+        if owner is None or view.info is None or not view.info.facts.params:
+            return
+        me = view.info.facts.params[0]
+        aliases = None
+        for st in walk_local(view.node):
+            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)):
+                continue
+            target, value = st.targets[0], st.value
+            if not (isinstance(target.value, ast.Name) and target.value.id == me):
+                continue
+            if isinstance(value, ast.Call) and last_name(value.func) == "partial" and value.args:
+                switch, bound = value.args[0], value
+            else:
+                switch, bound = value, None
+            if last_name(switch) != self.switch or not isinstance(switch, ast.Attribute) or ref(switch.value) is None:
+                continue
+            aliases = _aliases(view.node) if aliases is None else aliases
+            receiver = _canonical(ref(switch.value), aliases)
+            for method, node, call in _attribute_calls(owner, target.attr):
+                made = ast.Call(
+                    func=switch,
+                    args=(list(bound.args[1:]) if bound else []) + list(call.args),
+                    keywords=(list(bound.keywords) if bound else []) + list(call.keywords),
+                )
+                if _switch_value(ast.copy_location(made, call)) is not True:
+                    continue
+                there = FunctionView(view.ctx, method.module, node, method.qual)
+                flow = FieldFlow(node)
+                idx = flow.by_call.get(id(call))
+                if idx is None:
+                    continue
+                window = _Window(self, there, flow, call, made, receiver=receiver)
+                verdict = window.judge(idx)
+                if verdict.ok or self.roles(view).of_receiver(view, receiver) == NONE:
+                    continue
+                where = f"`{view.text(target)}`, called in `{method.qual}()` at line {call.lineno},"
+                yield Report(value, window.message(verdict, bound=where), window.hint(), {**verdict.data(), "called_at": call.lineno})
+                break
 
     def fix(self, report: Report, view: FunctionView) -> Fix | None:
         from ._fixes import ic002
@@ -995,23 +1150,42 @@ class _Window:
     """The paths around one switch call, in its function and, where they reach its start or
     end, in its callers."""
 
-    def __init__(self, rule: SkipTopkWithoutCompaction, view: FunctionView, flow: Flow, switch: ast.Call) -> None:
+    def __init__(
+        self,
+        rule: SkipTopkWithoutCompaction,
+        view: FunctionView,
+        flow: Flow,
+        switch: ast.Call,
+        made: ast.Call | None = None,
+        receiver: str | None = None,
+    ) -> None:
         self.rule = rule
         self.view = view
         self.flow = flow
-        self.switch = switch
+        self.switch = switch  # the call in the flow
+        made = made if made is not None else switch  # the call of the switch it makes (through a partial)
         self.summaries = view.ctx.summaries(rule.depth)
-        self.receiver = ref(switch.func.value) if isinstance(switch.func, ast.Attribute) else None
+        self.receiver = receiver or (ref(made.func.value) if isinstance(made.func, ast.Attribute) else None)
         self.owner = view.owner()
         self.canon_receiver = _canonical(self.receiver, _aliases(view.node)) if self.receiver else None
         self._loop_hits: dict[tuple[int, int], bool] = {}
+        self._per_function: dict[int, tuple[dict, set[int]]] = {}
+
+    def _locals(self, flow: Flow) -> tuple[dict, set[int]]:
+        """(the partials bound to locals, the nodes that gather a top-k buffer in place) of
+        the function a flow is of."""
+        key = id(flow.func)
+        got = self._per_function.get(key)
+        if got is None:
+            got = self._per_function[key] = (partials(flow.func), topk_gathers(flow.func, self.rule.buffers))
+        return got
 
     # -- classification of one event ----------------------------------------------------------
     def classify(self, node, aliases: dict[str, str], fn: FunctionInfo | None, self_cls: ClassInfo | None, flow: Flow, forward: bool, start: int | None = None) -> str | None:
         if node.kind == "cond":
             return "vacuous" if any(flow.empty(atom) for atom in node.atoms) else None
         if node.kind == "store":
-            return "hit" if gathered_topk(node.node, aliases, self.rule.buffers) else None
+            return "hit" if id(node.node) in self._locals(flow)[1] else None
         if node.kind == "join":
             # a `for` loop that runs no forward and compacts (gathers each layer's buffer,
             # skipping those already done) is a compaction, as a helper holding it would be
@@ -1029,6 +1203,15 @@ class _Window:
             return None
         call = node.node
         rule = self.rule
+        bound, gathers = self._locals(flow)
+        if id(call) in gathers:
+            return "hit"
+        call = _called(call, bound, aliases)
+        if fn is not None and call is node.node:
+            # `self.f(...)` with `self.f = functools.partial(self.model.model.compact_topk_indices, ...)`
+            made = self.summaries.bound_call(fn, _call_fact(call), self_cls)
+            if made is not None and made.ref:
+                call = _call_of(made.ref, call)
         name = last_name(call.func)
         if name == rule.switch:
             recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
@@ -1038,8 +1221,6 @@ class _Window:
         if name == rule.compaction:
             recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
             return "hit" if self._same_model(_canonical(recv, aliases) if recv else None) else None
-        if gathered_topk(call, aliases, rule.buffers):
-            return "hit"
         callee = ref(call.func)
         canon = _canonical(callee, aliases) if callee else None
         if name in rule.forward_names or (canon is not None and canon in self._owners()):
@@ -1215,12 +1396,12 @@ class _Window:
         return False
 
     # -- words ----------------------------------------------------------------------------------
-    def message(self, verdict: _Verdict) -> str:
+    def message(self, verdict: _Verdict, bound: str | None = None) -> str:
         rule = self.rule
         prefix = f"{self.receiver}." if self.receiver else ""
         where = f"the next forward `{verdict.next_forward}(...)`" if verdict.next_forward else "the next draft step"
         text = (
-            f"`{prefix}{rule.switch}(True)` makes later draft steps reuse the shared top-k buffer, "
+            f"`{prefix}{rule.switch}(True)`{' bound to ' + bound if bound else ''} makes later draft steps reuse the shared top-k buffer, "
             f"but no `{rule.compaction}` call (direct or via a helper) runs between the forward "
             f"before it and {where}"
         )
@@ -1255,6 +1436,60 @@ def _switch_value(call: ast.Call) -> bool | None:
         return None
     kind = literal_kind(arg)
     return True if kind == "True" else False if kind == "False" else None
+
+
+def _called(call: ast.Call, bound: dict[str, ast.Call], aliases: dict[str, str]) -> ast.Call:
+    """The call a call of a local makes: of the function a `functools.partial` bound to it
+    wraps, with its arguments first (`enter()` with `enter = partial(m.set_skip_topk, True)`),
+    or of the method a local names (`switch = m.set_skip_topk`, then `switch(True)`)."""
+    made = through_partial(call, bound)
+    if made is not call:
+        return made
+    if isinstance(call.func, ast.Name):
+        target = aliases.get(call.func.id)
+        if target and "." in target:
+            return _call_of(target, call)
+    return call
+
+
+def _call_of(spelled: str, call: ast.Call) -> ast.Call:
+    """`call` with its callee replaced by the dotted `spelled`."""
+    try:
+        func = ast.parse(spelled, mode="eval").body
+    except SyntaxError:
+        return call
+    return ast.copy_location(ast.Call(func=func, args=call.args, keywords=call.keywords), call)
+
+
+def _call_fact(call: ast.Call):
+    from invariant_check.analysis.facts import CallFact
+
+    return CallFact(last_name(call.func), ref(call.func), ref(call.func.value) if isinstance(call.func, ast.Attribute) else None, None, [], {}, call.lineno, call.col_offset)
+
+
+def _attribute_calls(owner: ClassInfo, attr: str):
+    """(method, its ast node, the call) for each call `self.<attr>(...)` in the methods of a
+    class and its bases."""
+    word = Words(attr)
+    for cls in owner.classes():
+        text = cls.module.source.text
+        chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
+        for member in cls.own_members():
+            chunk = chunks.get(member)
+            if chunk is None or not word.holds(text, chunk.start, chunk.end):
+                continue
+            method = cls.method(member)
+            if method is None or not method.facts.params:
+                continue
+            me = method.facts.params[0]
+            if not any(c.ref == f"{me}.{attr}" for c in method.facts.calls):
+                continue
+            node = method.node()
+            if node is None:
+                continue
+            for call in _calls(node):
+                if ref(call.func) == f"{me}.{attr}":
+                    yield method, node, call
 
 
 def _aliases(node: ast.AST) -> dict[str, str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Names, Words
-from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, declares_only
+from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, declares_only
 from invariant_check.rule import Report, Rule
 from invariant_check.types import Fix, Invalid, Option, Valid
 
@@ -70,6 +70,15 @@ class ReuseModeWithoutCompactionMethod(Rule):
     cannot be resolved (a third-party class, a dynamic import, a module that no release
     modelled has, from a newer vLLM that is not installed) might provide it, and the rule
     stays silent.
+
+    The compaction counts as a method or class attribute of the class or an ancestor, an
+    `@abstractmethod` of an `ABC` or `Protocol` (the class cannot be built until a subclass
+    implements it), or a callable bound to every instance in `__init__`
+    (`self.compact_topk_indices = functools.partial(...)`). A compaction whose body only
+    declares it (`...`, `pass`, a docstring, `raise NotImplementedError`, the unimplemented
+    member of an explicit `Protocol` base) compacts nothing: the class is reported, and the
+    message names the placeholder. Methods of the bundled models are not placeholders: their
+    bodies are left out, not empty.
 
     Not reported:
     - a class whose switch only declares it (`...`, `pass`, `raise NotImplementedError`: a
@@ -273,6 +282,28 @@ class NpuMultiTokenPredictor(DeepSeekMultiTokenPredictor):
             layer.mtp_block.self_attn.impl.skip_topk = skip
 """
         ),
+        # The compaction bound on each instance in `__init__`, to a real gather.
+        Valid(
+            """
+import functools
+import torch.nn as nn
+
+def _compact(layers, slot_ids):
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+class Predictor(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = layers
+        self.compact_topk_indices = functools.partial(_compact, self.layers)
+
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+"""
+        ),
     ]
     INVALID = [
         Invalid(
@@ -433,6 +464,38 @@ class Predictor(nn.Module):
 """,
             line=3,
         ),
+        # A compaction that is only a placeholder: the buffer is never compacted.
+        Invalid(
+            """
+import torch.nn as nn
+
+class Predictor(nn.Module):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+
+    def compact_topk_indices(self, slot_ids):
+        pass  # TODO
+""",
+            line=3,
+            message_contains="compacts nothing",
+        ),
+        # The compaction inherited from an explicit Protocol base is its `...` stub.
+        Invalid(
+            """
+from typing import Protocol
+
+class IndexReuse(Protocol):
+    def set_skip_topk(self, skip: bool) -> None: ...
+    def compact_topk_indices(self, slot_ids) -> None: ...
+
+class Predictor(IndexReuse):
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=7,
+        ),
     ]
 
     @classmethod
@@ -458,8 +521,10 @@ class Predictor(nn.Module):
         members = info.own_members()
         if switch not in members:
             return
-        _, _, has = info.lookup(compaction)
-        if has:
+        if self._roles is None or self._roles.project is not view.project:
+            self._roles = TopkRoles(view.project, self.names)
+        how, giver = self._roles.compaction(info)
+        if how in (METHOD, INSTANCE, ABSTRACT):
             return
         if members[switch] is None:
             own = info.module.function(f"{info.qual}.{switch}")
@@ -468,8 +533,6 @@ class Predictor(nn.Module):
                 return  # an interface that declares the switch: its implementations answer
         external = set(self.options["external-bases"])
         unknown, fallback = [], False
-        if self._roles is None or self._roles.project is not view.project:
-            self._roles = TopkRoles(view.project, self.names)
         for sym, spelled, cls in _ancestors_with_spelling(info):
             if sym.kind == "class" and view.project.class_of(sym) is not None:
                 fallback = fallback or sym.via == "short-name"
@@ -492,10 +555,18 @@ class Predictor(nn.Module):
         data = {"class": info.name, "bases": [b or "?" for b in info.base_spellings()]}
         if fallback:
             data["resolved_by"] = "short-name"
+        if how == PLACEHOLDER and giver is not None:
+            data["placeholder"] = giver.name
+            where = "its" if giver is info else f"`{giver.qual}`'s"
+            problem = (
+                f"Class `{info.qual}` defines `{switch}` but {where} `{compaction}` only declares "
+                f"itself and compacts nothing"
+            )
+        else:
+            problem = f"Class `{info.qual}` defines `{switch}` but neither it nor a base class has `{compaction}`"
         yield Report(
             view.name_span(),
-            f"Class `{info.qual}` defines `{switch}` but neither it nor a base class has "
-            f"`{compaction}`: draft steps that reuse the top-k buffer would read per-token rows",
+            f"{problem}: draft steps that reuse the top-k buffer would read per-token rows",
             compaction_method_hint(compaction),
             data,
         )

@@ -18,6 +18,8 @@ derived from the rules' own default options, so the models cannot disagree with 
   subclasses: the class head, fields, `self.x = ...` of `__init__`, the methods that write a
   field of an object they are given or copy one whole (what summaries follow), the others as
   opaque stubs;
+- in every modelled class, the methods that call the switch or the compaction are kept whole
+  (a speculator's hook that compacts, which a plugin's subclass inherits);
 - functions that take or return a metadata object: whole when they write its fields or copy it
   (`replace`, `copy.copy`), else opaque stubs;
 - the bases of all of these within vLLM, as stubs, and every module that re-exports them.
@@ -416,9 +418,15 @@ def emit_class(rec: ClassRec, kind: str, vocab: Vocabulary) -> ast.ClassDef:
     body = []
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            # whole: the switch and compaction methods, properties, and methods that write a
-            # field of an object they are given or copy one (what summaries follow)
-            if stmt.name in keep_whole or _is_property(stmt) or (stmt.name != "__init__" and _writes_or_copies(stmt, skip_self=True)):
+            # whole: the switch and compaction methods, the methods that call either (a
+            # hook that compacts, which a plugin's subclass inherits), properties, and methods
+            # that write a field of an object they are given or copy one (what summaries follow)
+            if (
+                stmt.name in keep_whole
+                or (stmt.name != "__init__" and _calls_any(stmt, vocab.switch | vocab.compaction))
+                or _is_property(stmt)
+                or (stmt.name != "__init__" and _writes_or_copies(stmt, skip_self=True))
+            ):
                 body.append(stmt)
             elif stmt.name == "__init__":
                 body.append(_init_stores(stmt))
@@ -432,6 +440,17 @@ def emit_class(rec: ClassRec, kind: str, vocab: Vocabulary) -> ast.ClassDef:
             continue
     node.body = body or [ast.Expr(ast.Constant(...))]
     return node
+
+
+def _calls_any(fn: ast.AST, names: set[str]) -> bool:
+    """Whether a function calls a method or function of one of these names."""
+    for sub in ast.walk(fn):
+        if isinstance(sub, ast.Call):
+            func = sub.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+            if name in names:
+                return True
+    return False
 
 
 def _simple(value: ast.AST) -> ast.AST:
@@ -552,7 +571,8 @@ When a linted project imports a module that neither the project nor the Python e
 (a vLLM plugin linted in a venv without vLLM), the analysis reads the model of that module here.
 A model keeps what the rules read of the upstream classes: metadata classes whole, top-k buffer
 holders and metadata builders as class heads, fields and instance attributes, with the switch and
-compaction methods whole, and the functions that take a metadata object. `...` as a function's
+compaction methods and the methods that call them whole, and the functions that take a metadata
+object. `...` as a function's
 whole body means that the body is not modelled: the analysis treats a call of it like a call it
 cannot resolve. `MANIFEST.json` names the release each module was taken from and the releases
 that have it; `MODULES.txt` lists every module of those releases (a listed module without a

@@ -117,7 +117,8 @@ class FunctionFacts:
     self_attrs: dict[str, list[str]] = field(default_factory=dict)  # attr -> [how, ref]
     validates: list[str] = field(default_factory=list)  # parameters checked by type
     imports: dict[str, list] = field(default_factory=dict)  # function-local imports
-    # buffers whose rows it gathers in place (`buf[:n].copy_(buf[idx])`), as dotted refs
+    # the objects whose rows it gathers in place (`buf[:n].copy_(buf[idx])`), as dotted refs
+    # through its locals (`buf = layer.indexer.topk_indices_buffer`); a copy's are left out
     gathers: list[str] = field(default_factory=list)
     # its whole body is `...`: in a bundled model, a body that is not modelled (see
     # `Project.function_of`); elsewhere an abstract method or a protocol's
@@ -232,6 +233,22 @@ def module_facts(stmts: Iterable[ast.stmt], prefix: str = "") -> ModuleFacts:
     return out
 
 
+# wrappers of a function bound in a class body that still call it: `f = staticmethod(g)`
+_MEMBER_WRAPPERS = frozenset({"staticmethod", "classmethod", "partial", "partialmethod"})
+
+
+def member_ref(value: ast.AST | None) -> str | None:
+    """The ref of what a class-body binding names: `g` of `f = g`, and of `f =
+    staticmethod(g)`, `classmethod(g)`, `functools.partial(g, ...)`, `partialmethod(g, ...)`
+    (a call of the member runs `g`)."""
+    r = ref(value)
+    if r is not None:
+        return r
+    if isinstance(value, ast.Call) and last_name(value.func) in _MEMBER_WRAPPERS and value.args:
+        return member_ref(value.args[0])
+    return None
+
+
 def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> ClassFacts:
     attrs: dict[str, str | None] = {}
     fields: list[str] = []
@@ -248,11 +265,11 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
         elif isinstance(st, ast.Assign):
             for t in st.targets:
                 for name in target_names(t):
-                    attrs[name] = ref(st.value) if isinstance(t, ast.Name) else None
+                    attrs[name] = member_ref(st.value) if isinstance(t, ast.Name) else None
         elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name):
             fields.append(st.target.id)
             if st.value is not None:
-                attrs[st.target.id] = ref(st.value)
+                attrs[st.target.id] = member_ref(st.value)
             declared = annotation_ref(st.annotation)
             if declared:
                 types[st.target.id] = declared
@@ -382,11 +399,12 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
     )
     assigned: dict[str, set[str | None]] = {}
     self_name = params[0] if cls is not None and params else None
-    gathered: list[str] = []
+    from .gathers import gathers_in, may_gather  # it reads these records' helpers
+
+    maybe: list[ast.AST] = []
     for sub in walk_local(node):
-        buf = gathered_buffer(sub)
-        if buf is not None:
-            gathered.append(buf)
+        if may_gather(sub):
+            maybe.append(sub)
         if isinstance(sub, ast.Call):
             fref = ref(sub.func)
             recv = ref(sub.func.value) if isinstance(sub.func, ast.Attribute) else None
@@ -495,37 +513,22 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
             if value is not None and name not in all_params:
                 facts.aliases[name] = value
     facts.validates = sorted(set(facts.validates))
-    for buf in dict.fromkeys(gathered):
-        head, dot, rest = buf.partition(".")
-        alias = facts.aliases.get(head)
-        facts.gathers.append(alias + dot + rest if alias else buf)
+    if maybe:
+        found: dict[str, None] = {}
+        for refs in gathers_in(node, maybe).values():
+            found.update(dict.fromkeys(refs))
+        facts.gathers = list(found)
     return facts
 
 
 def gathered_buffer(node: ast.AST) -> str | None:
     """The buffer whose rows `node` gathers in place, reading the buffer itself at an index
-    (`buf[:n].copy_(buf[idx])`, `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)`,
-    `torch.index_select(buf, 0, idx)` as the value): the ref of the buffer, else None."""
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "copy_" and node.args:
-        dest, value = node.func.value, node.args[0]
-    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
-        dest, value = node.targets[0], node.value
-    else:
-        return None
-    if not isinstance(dest, ast.Subscript):
-        return None
-    buf = ref(dest.value)
-    if buf is None:
-        return None
-    if isinstance(value, ast.Subscript):
-        index = value.slice
-        read = ref(value.value) == buf and not isinstance(index, (ast.Slice, ast.Constant))
-    elif isinstance(value, ast.Call) and last_name(value.func) == "index_select":
-        on = ref(value.func.value) if isinstance(value.func, ast.Attribute) and value.func.attr == "index_select" else None
-        read = on == buf or (bool(value.args) and ref(value.args[0]) == buf)
-    else:
-        read = False
-    return buf if read else None
+    (`buf[:n].copy_(buf[idx])`, `buf[:n] = buf[idx]`, `buf.narrow(0, 0, n).copy_(buf.index_select(0, idx))`,
+    `torch.index_select(buf, 0, idx, out=buf[:n])`, ...: `analysis/gathers.py`), as spelled,
+    without following local names; else None."""
+    from .gathers import gathered
+
+    return gathered(node)
 
 
 def _self_attr(value: ast.AST | None) -> list | None:

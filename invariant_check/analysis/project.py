@@ -631,6 +631,29 @@ class ClassInfo:
                 break
         return result
 
+    def bound_callable(self, attr: str) -> str | None:
+        """The dotted ref of what a call of `self.<attr>` runs when a method of the class (or
+        a base) binds the attribute to a callable of another object: `self.f =
+        functools.partial(self.model.g, ...)` or `self.f = self.model.g` (through that
+        method's local aliases) give `self.model.g`; None when no method binds it so."""
+        return self.project.tracker.memo(self._memo, ("bound", attr), lambda: self._bound_callable(attr))
+
+    def _bound_callable(self, attr: str) -> str | None:
+        pattern = re.compile(r"\bself\s*\.\s*" + re.escape(attr) + r"\s*(?::[^=\n]*)?=(?!=)")
+        for info in self.classes():
+            text = info.module.source.text
+            for chunk in info.module.class_chunks(info.qual):
+                if not pattern.search(text, chunk.start, chunk.end):
+                    continue
+                for fn in info.module.chunk_facts(chunk).functions.values():
+                    how = fn.self_attrs.get(attr)
+                    if how is None or how[0] not in ("partial", "ref") or "." not in how[1]:
+                        continue
+                    head, dot, rest = how[1].partition(".")
+                    alias = fn.aliases.get(head)
+                    return (alias + dot + rest) if alias else how[1]
+        return None
+
 
 @dataclass
 class Scope:

@@ -3,7 +3,10 @@ validate its parameter, write fields of its argument?
 
 A call is followed into the function it resolves to (through imports, `self`/`super()` and
 the class of the instance, `self.f = func` and `functools.partial(func, ...)` bindings, class
-attributes bound to functions), up to `depth` calls deep; cycles stop. Methods are resolved
+attributes bound to functions, `staticmethod(func)`), up to `depth` calls deep; cycles stop.
+A call of an instance attribute bound to a method of another object (`self.f =
+functools.partial(self.model.g, ...)`, `self.f = self.model.g`) is a call of that method
+(`bound_call`). Methods are resolved
 for the class `self` really is: a hook a base class's `propose()` calls is the subclass's
 override when the question is about the subclass.
 """
@@ -89,6 +92,8 @@ class Summaries:
         found = own is not None and own(fn.facts)
         if not found:
             found = any(test(callee.call) for callee in self.callees(fn, self_cls))
+        if not found:
+            found = any(test(bound) for bound in self._bound_calls(fn, self_cls))
         if not found and depth > 0:
             for callee in self.callees(fn, self_cls):
                 target = callee.function
@@ -100,6 +105,31 @@ class Summaries:
                     break
         visiting.discard(ident)
         return found
+
+    def bound_call(self, fn: FunctionInfo, call: CallFact, self_cls: ClassInfo | None = None) -> CallFact | None:
+        """The call `self.<attr>(...)` makes when a method bound the attribute to a callable
+        of another object (`self.f = functools.partial(self.model.g, x)`, `self.f =
+        self.model.g`): a call of `self.model.g`, with the arguments of this call; None
+        otherwise (and for an attribute that resolves to a function, which is followed)."""
+        spelled = call.ref or ""
+        head, dot, attr = spelled.partition(".")
+        if not dot or "." in attr or not fn.facts.params or head != fn.facts.params[0]:
+            return None
+        cls = self_cls or fn.owner()
+        if cls is None:
+            return None
+        target = cls.bound_callable(attr)
+        if target is None:
+            return None
+        recv, _, name = target.rpartition(".")
+        return CallFact(name, target, recv or None, call.arg0, call.args, call.kwargs, call.line, call.col)
+
+    def _bound_calls(self, fn: FunctionInfo, self_cls: ClassInfo | None) -> Iterator[CallFact]:
+        for callee in self.callees(fn, self_cls):
+            if callee.function is None and callee.call.ref and callee.call.ref.count(".") == 1:
+                bound = self.bound_call(fn, callee.call, self_cls)
+                if bound is not None:
+                    yield bound
 
     def validates(self, fn: FunctionInfo, index: int, depth: int | None = None) -> bool:
         """Whether `fn` checks the type of its positional parameter `index` (asserting or

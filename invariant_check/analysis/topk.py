@@ -25,8 +25,16 @@ switch (`set_skip_topk(True)`) makes later draft steps reuse it, and a compactio
   imports, annotations and `self.x = Cls(...)` assignments; `UNKNOWN` where nothing tells.
   A class known only from an annotation is read as it is declared, except that a vLLM class
   missing from the models says nothing there (the object may be of a plugin's subclass).
-- `gathered_topk(node, aliases, buffers)`: the buffer whose rows a statement or call gathers
-  in place (`buf[:n] = buf[idx]`, `buf[:n].copy_(buf[idx])`), when it is a top-k buffer.
+- `topk_gathers(func, buffers)`: the statements and calls of a function that gather the rows
+  of a top-k buffer in place (`buf[:n] = buf[idx]`, `buf.narrow(0, 0, n).copy_(buf.index_select(0, idx))`,
+  ...), through what its locals hold (`analysis/gathers.py`): a gather into a copy of the
+  buffer (`tmp = buf.clone()`) compacts nothing shared. `gathered_topk(node, aliases,
+  buffers)`: the same for one node, through a map of aliases.
+- `TopkRoles.compaction(cls)`: how an instance has the compaction: a method that does
+  something (`METHOD`), a callable bound to every instance in `__init__` (`INSTANCE`), an
+  enforced `@abstractmethod` (`ABSTRACT`), or a body that only declares it (`PLACEHOLDER`:
+  `...`, `pass`, a docstring, `raise NotImplementedError`, a Protocol's stub), which compacts
+  nothing. A placeholder is no evidence that the class holds a buffer.
 - `declares_only(node)`: a function whose body only declares it.
 """
 
@@ -37,7 +45,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .facts import FUNCS, gathered_buffer, ref
+from .facts import FUNCS, gathered_buffer, last_name, ref, walk_local
+from .gathers import gathers_in
 from .needs import Names
 from .project import ClassInfo, Module, Project, Scope
 
@@ -139,9 +148,10 @@ class TopkRoles:
         return True
 
     def _holds(self, info: ClassInfo, depth: int) -> bool:
-        """Evidence in one class's own code: it defines the compaction, names a buffer, or
-        builds in `__init__` an object of a class that holds one."""
-        if self.names.compaction in info.own_members():
+        """Evidence in one class's own code: it defines the compaction (a body that does
+        something), names a buffer, or builds in `__init__` an object of a class that holds
+        one."""
+        if self.names.compaction in info.own_members() and member_kind(info, self.names.compaction) != PLACEHOLDER:
             return True
         chunks = info.module.class_chunks(info.qual)
         if chunks:
@@ -210,6 +220,26 @@ class TopkRoles:
 
     def _inert(self, name: str | None) -> bool:
         return bool(name) and name in self.names.inert
+
+    # -- the compaction ---------------------------------------------------------------------
+    def compaction(self, cls: ClassInfo) -> tuple[str | None, ClassInfo | None]:
+        """(how an instance of `cls` has the compaction, the class that gives it): `METHOD`
+        (a method or a class attribute along the MRO), `INSTANCE` (bound to every instance in
+        an `__init__`: `self.compact_topk_indices = functools.partial(...)`), `ABSTRACT` (an
+        `@abstractmethod` of an ABC or a Protocol: the class cannot be instantiated until a
+        subclass implements it), `PLACEHOLDER` (a method whose body only declares it: `...`,
+        `pass`, a docstring, `raise NotImplementedError`, an unimplemented Protocol member;
+        calling it compacts nothing), or None."""
+        name = self.names.compaction
+        owner, _, found = cls.lookup(name)
+        if found and owner is not None:
+            kind = member_kind(owner, name)
+            if kind == PLACEHOLDER and set_in_init(cls, name):
+                return INSTANCE, cls
+            return kind, owner
+        if set_in_init(cls, name):
+            return INSTANCE, cls
+        return None, None
 
     # -- outside the project -----------------------------------------------------------------
     def absent_upstream(self, module: Module, spelled: str, scope: Scope | None) -> bool:
@@ -316,9 +346,20 @@ def modelled_modules(models: Path) -> frozenset[str]:
 # -- syntax ------------------------------------------------------------------------------------
 
 
+def topk_gathers(func: ast.AST, buffers: Names) -> set[int]:
+    """`id(node)` of each statement or call of a function that gathers the rows of a top-k
+    buffer in place: of an object named like `buffers`, through the function's locals, never
+    of a copy of one (`analysis/gathers.py`)."""
+    return {
+        key for key, held in gathers_in(func).items()
+        if any(buffers.matches(h.rsplit(".", 1)[-1]) for h in held)
+    }
+
+
 def gathered_topk(node: ast.AST, aliases: dict[str, str], buffers: Names) -> str | None:
     """The top-k buffer whose rows `node` (an assignment or a `copy_` call) gathers in place,
-    through local aliases (`buf = layer.indexer.topk_indices_buffer`); None if none."""
+    through local aliases given as a map (`buf = layer.indexer.topk_indices_buffer`); None if
+    none. `topk_gathers` answers for a whole function, through all its bindings."""
     buf = gathered_buffer(node)
     if buf is None:
         return None
@@ -329,6 +370,66 @@ def gathered_topk(node: ast.AST, aliases: dict[str, str], buffers: Names) -> str
             break
         buf = target + dot + rest
     return buf if buffers.matches(buf.rsplit(".", 1)[-1]) else None
+
+
+METHOD, INSTANCE, ABSTRACT, PLACEHOLDER = "method", "instance", "abstract", "placeholder"
+# bases whose metaclass enforces `@abstractmethod` (`ABCMeta`, a Protocol's)
+_ABSTRACT_BASES = frozenset({"ABC", "Protocol"})
+
+
+def member_kind(owner: ClassInfo, name: str) -> str:
+    """How a member a class defines itself behaves when called: `METHOD` (a body that does
+    something, a class attribute bound to a function, a bundled model's method whose body is
+    not modelled), `ABSTRACT` (an `@abstractmethod` of a class whose metaclass enforces it),
+    or `PLACEHOLDER` (a body that only declares it)."""
+    value = owner.own_members().get(name)
+    if value is not None:
+        return METHOD
+    fn = owner.module.function(f"{owner.qual}.{name}")
+    if fn is None or fn.opaque:
+        return METHOD  # defined on every branch of an `if`, or not modelled: taken as real
+    node = fn.node()
+    if node is None or not declares_only(node):
+        return METHOD
+    if any(last_name(d) == "abstractmethod" for d in getattr(node, "decorator_list", [])) and _abstract_enforced(owner):
+        return ABSTRACT
+    return PLACEHOLDER
+
+
+def _abstract_enforced(cls: ClassInfo) -> bool:
+    """Whether the class's metaclass enforces `@abstractmethod`: it derives from `ABC`, a
+    `Protocol`, or names `ABCMeta` as its metaclass (itself or a base)."""
+    for info in cls.classes():
+        if any(s and s.rsplit(".", 1)[-1] in _ABSTRACT_BASES for s in info.base_spellings()):
+            return True
+        chunks = info.module.class_chunks(info.qual)
+        if chunks:
+            head = info.module.source.text[chunks[0].start : chunks[0].start + 400].split(":", 1)[0]
+            if "ABCMeta" in head:
+                return True
+    return False
+
+
+def set_in_init(cls: ClassInfo, name: str) -> bool:
+    """Whether an `__init__` of the class or a base binds `self.<name>` to a value that is
+    not a literal (`self.compact = functools.partial(...)`, `= self._gather`, `= lambda
+    ...`): every instance then has that attribute, as if it were a method."""
+    for info in cls.classes():
+        if "__init__" not in info.own_members():
+            continue
+        fn = info.module.function(f"{info.qual}.__init__")
+        if fn is None or not fn.facts.params:
+            continue
+        me = fn.facts.params[0]
+        if not any(st.target == me and st.attr == name and st.op == "=" for st in fn.facts.stores):
+            continue
+        node = fn.node()
+        for sub in walk_local(node) if node is not None else ():
+            if isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None and not isinstance(sub.value, ast.Constant):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                if any(isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name) and t.value.id == me for t in targets):
+                    return True
+    return False
 
 
 def declares_only(node: ast.AST) -> bool:
@@ -434,7 +535,13 @@ def _flag_reads(node: ast.AST, flags: set[str]) -> tuple[set[str], bool]:
 
 
 __all__ = [
+    "ABSTRACT",
     "HOLDER",
+    "INSTANCE",
+    "METHOD",
+    "PLACEHOLDER",
+    "member_kind",
+    "set_in_init",
     "INERT_BASES",
     "NONE",
     "UNKNOWN",
@@ -442,4 +549,5 @@ __all__ = [
     "TopkRoles",
     "declares_only",
     "gathered_topk",
+    "topk_gathers",
 ]

@@ -26,8 +26,8 @@ ROW_NAMES = ("token_indices_to_sample", "last_token_indices")
 
 def build(rule, report, view) -> Fix | None:
     switch: ast.Call = report.node
-    if not isinstance(switch, ast.Call) or not isinstance(switch.func, ast.Attribute):
-        return None
+    if not isinstance(switch, ast.Call) or not isinstance(switch.func, ast.Attribute) or switch.func.attr != rule.switch:
+        return None  # the switch bound to a name (`functools.partial`) and called elsewhere
     func = view.node
     stmt = statement_holding(func, switch)
     if not isinstance(stmt, ast.Expr) or stmt.value is not switch:

@@ -12,13 +12,17 @@ class MTPSpeculator(TargetDependentARSpeculator):
         ...
 
     def on_prefill_begin(self, num_reqs: int) -> None:
-        ...
+        if self.share_mtp_topk_indices:
+            self.model.model.set_skip_topk(False)
 
     def on_prefill_end(self, num_reqs: int) -> None:
-        ...
+        if self.share_mtp_topk_indices and self.num_speculative_steps > 1:
+            self.model.model.compact_topk_indices(self.last_token_indices[:num_reqs])
 
     def on_multi_step_decode_begin(self, num_reqs: int) -> None:
-        ...
+        if self.share_mtp_topk_indices:
+            self.model.model.set_skip_topk(True)
 
     def on_multi_step_decode_end(self, num_reqs: int) -> None:
-        ...
+        if self.share_mtp_topk_indices:
+            self.model.model.set_skip_topk(False)
