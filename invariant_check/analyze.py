@@ -18,7 +18,7 @@ from .analysis.project import Module
 from .analysis.views import MODULE_CODE, ClassView, Context, FunctionView
 from .records import Outcome, ScanRecord
 from .rule import Report, Rule
-from .edits import overlapping, render_hint
+from .edits import overlapping, parses_whole, render_hint
 from .types import SAFE, UNSAFE, Candidate, FileError, Finding, Fix
 
 
@@ -232,7 +232,11 @@ def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> It
 
 def _fix_of(rule: Rule, rep: Report, view: Any, failed: list[str]) -> Fix | None:
     """The rule's repair of what it reported, checked for shape; a fix builder that fails
-    costs the finding its fix, never the finding."""
+    costs the finding its fix, never the finding. A file that does not parse as a whole (the
+    engine parses only the definitions the rules need) gets no fix: a fix must leave a file
+    that compiles."""
+    if not parses_whole(view.source.text):
+        return None
     try:
         fix = rule.fix(rep, view)
     except RecursionError:

@@ -143,6 +143,16 @@ def _parsed(text: str) -> ast.Module:
     return ast.parse(text)
 
 
+def parses_whole(text: str) -> bool:
+    """Whether the whole file parses (a null byte, a syntax error in a definition no rule
+    read: the engine itself never needs the whole file)."""
+    try:
+        _parsed(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return False
+    return True
+
+
 @lru_cache(maxsize=4)
 def _by_position(text: str) -> dict[tuple, ast.AST]:
     """The nodes of a parse of the whole file by (type, line, column), the first in `ast.walk`

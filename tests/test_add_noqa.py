@@ -10,7 +10,7 @@ from pathlib import Path
 from ic_support import assert_no_traceback, run_cli
 
 HEAD = "import torch.nn as nn\n\n"
-CLASS = "class {name}(nn.Module):{comment}\n    def set_skip_topk(self, s):\n        pass\n\n"
+CLASS = "class {name}(nn.Module):{comment}\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n\n"
 
 
 def lint(cwd: Path, *args: str):
@@ -55,7 +55,7 @@ def test_comments_are_added_merged_and_counted_and_a_second_run_adds_none(tmp_pa
 
 
 def test_findings_of_one_line_share_one_comment_with_sorted_codes(tmp_path):
-    code = (HEAD + "class P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n\n"
+    code = (HEAD + "class P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n\n"
             "x = 1  # invariant-check: ignore[IC02]\n")
     (tmp_path / "m.py").write_text(code)
     run = lint(tmp_path, "--add-noqa", "m.py")
@@ -77,7 +77,7 @@ def test_line_endings_encoding_marker_and_mode_are_kept(tmp_path):
 
 
 def test_a_line_that_cannot_hold_a_comment_is_listed_and_left(tmp_path):
-    code = HEAD + "class A(nn.Module, \\\n        metaclass=type):\n    def set_skip_topk(self, s):\n        pass\n"
+    code = HEAD + "class A(nn.Module, \\\n        metaclass=type):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     (tmp_path / "m.py").write_text(code)
     assert findings(tmp_path, "m.py") == [("IC003", 3)]
     run = lint(tmp_path, "--add-noqa", "m.py")

@@ -77,7 +77,7 @@ def test_edits_above_a_finding_and_reformatting_keep_it_matched(tree):
 
 def test_a_new_finding_is_reported_and_a_vanished_one_is_ic902(tree):
     bad = tree / "pkg" / "bad.py"
-    bad.write_text(bad.read_text() + "\n\nclass Worse(nn.Module):\n    def set_skip_topk(self, skip):\n        pass\n")
+    bad.write_text(bad.read_text() + "\n\nclass Worse(nn.Module):\n    def set_skip_topk(self, skip):\n        self.layer.skip_topk = skip\n")
     m1 = tree / "pkg" / "many" / "m1.py"
     m1.write_text(m1.read_text().replace("Many1", "Renamed1"))
     code, doc = lint_json(tree, "--baseline", BASELINE, ".")
@@ -95,7 +95,7 @@ def test_a_new_finding_is_reported_and_a_vanished_one_is_ic902(tree):
 
 
 def test_counts_absorb_that_many_identical_findings(tmp_path):
-    twice = "import torch.nn as nn\n\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n"
+    twice = "import torch.nn as nn\n\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     (tmp_path / "m.py").write_text(twice + "\n" + twice)
     lint(tmp_path, "--write-baseline", BASELINE, ".")
     (entry,) = json.loads((tmp_path / BASELINE).read_text())["entries"]
@@ -213,7 +213,7 @@ def test_statement_fingerprints():
 
 
 def test_each_configuration_applies_its_own_baseline(tmp_path):
-    bad = "import torch.nn as nn\n\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n"
+    bad = "import torch.nn as nn\n\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "pyproject.toml").write_text(f'[tool.invariant-check]\nbaseline = "{BASELINE}"\n')

@@ -42,7 +42,7 @@ def test_parallel_saves_merge(tmp_path):
 def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):
     for name in ("x", "y"):
         (tmp_path / name).mkdir()
-        _old_file(tmp_path / name / "m.py", "class P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n")
+        _old_file(tmp_path / name / "m.py", "class P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n")
     cache_dir = tmp_path / "cache"
     cmd = [sys.executable, "-m", "invariant_check.cli", "lint", "--format", "json", "--cache-dir", str(cache_dir)]
     procs = [subprocess.Popen([*cmd, part], cwd=tmp_path, stdout=subprocess.PIPE, text=True) for part in ("x", "y")]

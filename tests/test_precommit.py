@@ -327,7 +327,7 @@ def test_local_hook_with_a_baseline_reports_only_new_findings_and_its_own_files_
     assert code == 0 and "Passed" in out and "2 more in the baseline" in out, out
 
     # a new finding in predictor.py: reported alone
-    (target / "predictor.py").write_text(BROKEN + "\n\nclass Newer(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n")
+    (target / "predictor.py").write_text(BROKEN + "\n\nclass Newer(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n")
     _git(target, "add", "predictor.py")
     code, out = hook("predictor.py")
     assert code == 1 and "predictor.py:9:7: IC003" in out and "predictor.py:4:7" not in out, out

@@ -28,7 +28,7 @@ def rules_at(found: list[dict]) -> list[tuple[str, int]]:
     return [(f["rule"], f["line"]) for f in found]
 
 
-CLASS = "class P(nn.Module):{comment}\n    def set_skip_topk(self, s):\n        pass\n"
+CLASS = "class P(nn.Module):{comment}\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
 
 
 def test_unsuppressed_baseline(tmp_path):
@@ -126,25 +126,25 @@ def test_prose_that_mentions_the_tool_is_not_a_comment_to_check(tmp_path):
 
 def test_first_line_of_a_multiline_statement(tmp_path):
     # the class name (the reported node) is on line 4, the statement starts on line 3
-    code = "class \\\n    P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n"
+    code = "class \\\n    P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     assert rules_at(findings(tmp_path, code)) == [(RULE, 4)]
-    suppressed = "class \\\n    P(nn.Module):  # invariant-check: ignore[IC003]\n    def set_skip_topk(self, s):\n        pass\n"
+    suppressed = "class \\\n    P(nn.Module):  # invariant-check: ignore[IC003]\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     assert findings(tmp_path, suppressed) == []
     # a comment cannot follow a backslash, so for that statement the reported line is the only
     # place; with brackets the comment can sit on the statement's first line
-    first_line = "class P(  # invariant-check: ignore[IC003]\n    nn.Module,\n):\n    def set_skip_topk(self, s):\n        pass\n"
+    first_line = "class P(  # invariant-check: ignore[IC003]\n    nn.Module,\n):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     assert findings(tmp_path, first_line) == []
 
 
 def test_first_line_of_a_decorated_class(tmp_path):
-    code = "@register  # invariant-check: ignore[IC003]\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n"
+    code = "@register  # invariant-check: ignore[IC003]\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     assert findings(tmp_path, code) == []
-    code = "@register\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        pass\n"
+    code = "@register\nclass P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n"
     assert rules_at(findings(tmp_path, code)) == [(RULE, 4)]
 
 
 def test_comment_on_a_later_line_does_not_suppress(tmp_path):
-    code = "class P(nn.Module):\n    def set_skip_topk(self, s):  # invariant-check: ignore[IC003]\n        pass\n"
+    code = "class P(nn.Module):\n    def set_skip_topk(self, s):  # invariant-check: ignore[IC003]\n        self.layer.skip_topk = s\n"
     assert rules_at(findings(tmp_path, code)) == [(RULE, 3)]
 
 
@@ -153,13 +153,13 @@ def test_hash_inside_a_string_is_not_a_comment(tmp_path):
         "class P(nn.Module):\n"
         '    """# invariant-check: skip-file"""\n'
         "    def set_skip_topk(self, s):\n"
-        "        pass\n"
+        "        self.layer.skip_topk = s\n"
     )
     assert rules_at(findings(tmp_path, code)) == [(RULE, 3)]
 
 
 def test_string_on_the_reported_line(tmp_path):
-    code = 'class P(nn.Module, metaclass=M["# invariant-check: ignore"]):\n    def set_skip_topk(self, s):\n        pass\n'
+    code = 'class P(nn.Module, metaclass=M["# invariant-check: ignore"]):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n'
     assert rules_at(findings(tmp_path, code)) == [(RULE, 3)]
 
 
