@@ -992,7 +992,7 @@ class Proposer:
         self.model = model
         self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
 
-    def propose(self, token_indices_to_sample):
+    def propose(self, sampled_rows):
         hidden = self.model(**self.inputs)
         self._reuse_on()
         for _ in range(self.num_steps - 1):

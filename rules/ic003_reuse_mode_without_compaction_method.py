@@ -57,7 +57,8 @@ class ReuseModeWithoutCompactionMethod(Rule):
     ## How it decides
     Base classes are resolved through the imports of the module that names them, across the
     project (so `DeepseekV4MTPBase` is the class the import statement names, not any class of
-    that spelling), then the Python environment, then the bundled models of vLLM's classes
+    that spelling, also when a module of the project re-exports it), then the Python
+    environment, then the bundled models of vLLM's classes
     (`invariant-check lint -v` says which source answered): a plugin's predictor that
     subclasses vLLM's `DeepSeekMultiTokenPredictor` inherits its compaction. Members include
     methods and class attributes of the class and of every resolved ancestor, and methods
@@ -90,6 +91,9 @@ class ReuseModeWithoutCompactionMethod(Rule):
       `__init__` an object of a class that does. A flag that is handed on
       (`self.indexer(x, reuse=self.reuse)`) or read by no code of the class is taken to
       reach a buffer.
+
+    Not checked: a switch attached to a class from outside its body (a plugin's patch module
+    assigning `SomeVllmPredictor.set_skip_topk = fn`); only class bodies are read for it.
 
     Only a name that nothing binds (no import, no definition) is looked up by its spelling
     among the project's classes; a finding that relied on that says so in its data
@@ -464,12 +468,25 @@ class Predictor(nn.Module):
 """,
             line=3,
         ),
+        # vLLM's base, re-exported by a module of the plugin: still vLLM's class, without the method.
+        Invalid(
+            """
+from .compat import DeepseekV2Model
+
+class Backbone(DeepseekV2Model):
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.self_attn.skip_topk = skip
+""",
+            line=3,
+            files={"compat.py": "from vllm.model_executor.models.deepseek_v2 import DeepseekV2Model\n"},
+        ),
         # A compaction that is only a placeholder: the buffer is never compacted.
         Invalid(
             """
 import torch.nn as nn
 
-class Predictor(nn.Module):
+class SparsePredictor(nn.Module):
     def set_skip_topk(self, skip):
         for layer in self.layers:
             layer.indexer.skip_topk = skip

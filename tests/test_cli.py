@@ -587,7 +587,7 @@ def test_stdin_uses_the_project_for_cross_file_facts(tree):
     named = run_cli("lint", "--select", RULE, "--format", "json", "--stdin-filename", "pkg/sub/bad_sub.py", cwd=tree, input=code)
     assert [f["path"] for f in json.loads(named.out)["findings"]] == ["pkg/sub/bad_sub.py"]
     # the fixed buffer is clean although the file on disk is not
-    fixed = code + "\n    def compact_topk_indices(self, slot_ids):\n        pass\n"
+    fixed = code + "\n    def compact_topk_indices(self, slot_ids):\n        self.buf[: slot_ids.numel()] = self.buf[slot_ids]\n"
     clean = run_cli("lint", "--select", RULE, "-", "--stdin-filename", "pkg/sub/bad_sub.py", cwd=tree, input=fixed)
     assert clean.code == 0, clean.out
     assert clean.out.strip() == "All checks passed (1 file checked)."

@@ -242,11 +242,12 @@ class TopkRoles:
         return None, None
 
     # -- outside the project -----------------------------------------------------------------
-    def absent_upstream(self, module: Module, spelled: str, scope: Scope | None) -> bool:
+    def absent_upstream(self, module: Module, spelled: str, scope: Scope | None, depth: int = 0) -> bool:
         """Whether `spelled` names, through an import, a class of a modelled package that the
         bundled models do not hold (with `closed_world`): such a class holds no top-k buffer
-        and defines neither the switch nor the compaction in any release modelled."""
-        if not self.names.closed_world:
+        and defines neither the switch nor the compaction in any release modelled. Imports
+        re-exported by a project module (a plugin's `compat.py`) are followed."""
+        if not self.names.closed_world or depth > 8:
             return False
         env = self.project.env
         if env.models is None:
@@ -265,9 +266,11 @@ class TopkRoles:
         if scope is not None and scope.function is not None and head in scope.function.imports:
             hows = [scope.function.imports[head]]
         for how in reversed(hows):
-            if how[0] == "from" and not how[1]:
-                target = self.project.find_module(how[2], module)
-                if target is None or target.origin != "bundled" or rest:
+            if how[0] == "from":
+                target = self.project.relative_module(module, how[1], how[2]) if how[1] else self.project.find_module(how[2], module)
+                if target is not None and target.origin == "project" and target is not module:
+                    return self.absent_upstream(target, how[3] + (f".{rest}" if rest else ""), None, depth + 1)
+                if how[1] or target is None or target.origin != "bundled" or rest:
                     return False
                 return how[3] not in target.bindings().bindings and self.project.find_module(f"{how[2]}.{how[3]}", module, probe=True) is None
             if how[0] == "module" and rest:
