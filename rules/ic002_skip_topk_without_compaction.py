@@ -1053,13 +1053,14 @@ def propose(self, token_indices_to_sample):
         if view.name == self.switch:
             return  # the switch's own body only delegates
         flow = None
-        local = None
+        local = aliases = None
         for call in _calls(view.node):
             made = call
-            if last_name(call.func) != self.switch:
+            if last_name(call.func) != self.switch and isinstance(call.func, ast.Name):
                 # a call of a local bound to the switch: `enter = partial(m.set_skip_topk, True)`
-                local = partials(view.node) if local is None else local
-                made = _called(call, local, _aliases(view.node))
+                if local is None:
+                    local, aliases = partials(view.node), _aliases(view.node)
+                made = _called(call, local, aliases)
             if last_name(made.func) != self.switch or _switch_value(made) is not True:
                 continue
             flow = flow or FieldFlow(view.node)

@@ -402,8 +402,24 @@ _NO_LOCALS = LocalValues(ast.Pass())
 
 
 def may_gather(node: ast.AST) -> bool:
-    """Whether a node has the shape of a write of rows (cheap: the candidates of `gathers_in`)."""
-    return _gather_parts(node) is not None
+    """Whether a node has the shape of a write of rows (cheap: the candidates of `gathers_in`):
+    the rows written are a slice or a narrowed view of a tensor (`T[:n]`, `T[a:b, :]`,
+    `T.narrow(...)`) or named by `index_copy_`, not a key of a mapping (`d[k] = v`)."""
+    parts = _gather_parts(node)
+    if parts is None:
+        return False
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "index_copy_":
+        return True
+    return _sliced(parts[0])
+
+
+def _sliced(dest: ast.AST) -> bool:
+    if isinstance(dest, ast.Subscript):
+        index = dest.slice
+        return isinstance(index, ast.Slice) or isinstance(index, ast.Tuple) and any(isinstance(e, ast.Slice) for e in index.elts)
+    if isinstance(dest, ast.Call) and isinstance(dest.func, ast.Attribute):
+        return dest.func.attr == "narrow" or dest.func.attr in _VIEWS and _sliced(dest.func.value)
+    return False
 
 
 def gathers_in(func: ast.AST, candidates: list[ast.AST] | None = None) -> dict[int, tuple[str, ...]]:
@@ -412,7 +428,7 @@ def gathers_in(func: ast.AST, candidates: list[ast.AST] | None = None) -> dict[i
     for a gather into a copy. Nested functions are theirs. `candidates`: the nodes of the
     function that `may_gather`, when the caller has them."""
     if candidates is None:
-        candidates = [sub for sub in walk_local(func) if _gather_parts(sub) is not None]
+        candidates = [sub for sub in walk_local(func) if may_gather(sub)]
     if not candidates:
         return {}
     values: LocalValues | None = None

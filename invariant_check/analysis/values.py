@@ -85,6 +85,18 @@ Validator = Callable[[ast.Call, "int | str", tuple[str, ...]], bool]
 Returned = Callable[[ast.Call], frozenset]
 
 
+@dataclass(frozen=True, eq=False)
+class Pending:
+    """A name bound to a call's result (position `index` of a returned tuple, None: the whole
+    value) that may be a loop leftover of the function called. The function is looked into
+    only when a type check (`isinstance`/`type`) reads the name: following every call's
+    result, or every one that an assert, a raise or a helper reads, would cost a resolution
+    per call."""
+
+    call: ast.Call
+    index: int | None
+
+
 @dataclass
 class _Acc:
     """What a loop body binds (at any depth, outside nested defs) and whether it breaks."""
@@ -113,6 +125,7 @@ class LastValues:
         # one-entry shape) is not walked
         self._text = source.text if source is not None else None
         self._starts = source.line_starts if source is not None else None
+        self._returned_memo: dict[int, frozenset] = {}
 
     def _segment(self, node: ast.AST) -> str | None:
         if self._text is None or not hasattr(node, "lineno"):
@@ -140,6 +153,18 @@ class LastValues:
             if name in seg:
                 return True
         return False
+
+    def _get(self, state, name: str | None):
+        """What `state` tracks for a name, a pending call result settled: the callee's loop
+        leftover (`Produced`) or nothing."""
+        origin = state.get(name) if name is not None else None
+        if not isinstance(origin, Pending):
+            return origin
+        key = id(origin.call)
+        positions = self._returned_memo.get(key)
+        if positions is None:
+            positions = self._returned_memo[key] = self.returned(origin.call)
+        return Produced(origin.call) if origin.index in positions else None
 
     def run(self) -> list[Finding]:
         body = self.func.body if isinstance(self.func, (*FUNCS, ast.Module)) else []
@@ -213,16 +238,14 @@ class LastValues:
                 self._walrus(value, state, acc)
             self._bind(names, state, acc, value if len(names) == 1 else None, reads)
             if isinstance(value, ast.Call) and len(targets) == 1:
-                # `per_layer, md = self._build(cad)`: a loop leftover of the callee
-                positions = self.returned(value)
-                if positions:
-                    t = targets[0]
-                    if isinstance(t, ast.Name) and None in positions:
-                        state[t.id] = Produced(value)
-                    elif isinstance(t, ast.Tuple):
-                        for i, e in enumerate(t.elts):
-                            if isinstance(e, ast.Name) and i in positions:
-                                state[e.id] = Produced(value)
+                # `per_layer, md = self._build(cad)`: maybe a loop leftover of the callee
+                t = targets[0]
+                if isinstance(t, ast.Name) and t.id not in state:
+                    state[t.id] = Pending(value, None)
+                elif isinstance(t, ast.Tuple):
+                    for i, e in enumerate(t.elts):
+                        if isinstance(e, ast.Name) and e.id not in state:
+                            state[e.id] = Pending(value, i)
             # `k, md = d.popitem()`, `first, *rest = d.values()`
             if value is not None and len(targets) == 1 and len(names) > 1:
                 state.update(unpacked_entries(targets[0], value, self._collections))
@@ -392,7 +415,7 @@ class LastValues:
             for name_node in _refs_in(test):
                 name = ref(name_node)
                 origin = state.get(name)
-                if origin is not None:
+                if origin is not None and not isinstance(origin, Pending):
                     kind = "assert" if isinstance(stmt, ast.Assert) else "raise"
                     check = Check(test, name_node, kind, None, True, stmt)
                     self.found.append(Finding(check, name, origin))
@@ -420,17 +443,19 @@ class LastValues:
         self.found.append(Finding(Check(call, subject, "type", types, validates, stmt), name, origin, via))
         return True
 
-    def _origin(self, subject: ast.AST, state) -> tuple[Produced | OneEntry | None, str, str | None]:
+    def _origin(self, subject: ast.AST, state, settle: bool = True) -> tuple[Produced | OneEntry | Pending | None, str, str | None]:
         """Whether a checked expression is a loop leftover or a one-entry value: the value
         itself, its root (`md.kind`), or a subscript by a loop's own variable
-        (`per_layer[name]` after `for name in names`)."""
+        (`per_layer[name]` after `for name in names`). `settle=False`: a call's result that
+        may be a leftover is answered as `Pending`, without looking into the function."""
+        get = self._get if settle else (lambda st, name: st.get(name) if name is not None else None)
         shape = self._shape(subject)
         if shape is not None:
             # `isinstance(md := next(iter(d.values())), T)`: the entry goes on as `md`
             via = subject.target.id if isinstance(subject, ast.NamedExpr) else None
             return OneEntry(*shape), shape[1], via
         for candidate in _subject_refs(subject):
-            origin = state.get(candidate)
+            origin = get(state, candidate)
             if origin is not None:
                 via = candidate if isinstance(origin, OneEntry) else None
                 return origin, (origin.collection if isinstance(origin, OneEntry) else candidate), via
@@ -438,9 +463,10 @@ class LastValues:
         while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
             if isinstance(node, ast.Subscript):
                 index = ref(node.slice)
-                if index is not None and isinstance(state.get(index), Produced):
+                settled = get(state, index)
+                if index is not None and isinstance(settled, (Produced, Pending)):
                     coll = ref(node.value) or source(node.value)
-                    return state[index], coll, index
+                    return settled, coll, index
             node = node.func if isinstance(node, ast.Call) else node.value
         return None, "", None
 
@@ -454,8 +480,10 @@ class LastValues:
                 continue
             passed = [*enumerate(call.args), *((kw.arg, kw.value) for kw in call.keywords if kw.arg)]
             for pos, arg in passed:
-                origin, name, via = self._origin(arg, state)
-                if origin is None:
+                # a call's result is looked into (is it the callee's loop leftover?) for a
+                # type check, an assert or a raise of it, not for every call it is passed to
+                origin, name, via = self._origin(arg, state, settle=False)
+                if origin is None or isinstance(origin, Pending):
                     continue
                 names = tuple(n for n in (name, via, getattr(origin, "collection", None)) if n)
                 if self.is_validator(call, pos, names):

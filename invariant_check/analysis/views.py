@@ -6,7 +6,7 @@ import ast
 from functools import cached_property
 from typing import TYPE_CHECKING, Callable
 
-from .facts import ref
+from .facts import ref, walk_local
 from .flow import Flow
 from .project import ClassInfo, FunctionInfo, Module, Project, Scope, Symbol
 from .source import Source
@@ -123,7 +123,7 @@ class FunctionView:
         spelled = ref(call.func)
         if spelled is None:
             return frozenset()
-        fn = self.ctx.summaries().function_for(self.resolve(spelled))
+        fn = self.ctx.summaries().function_for(self._resolve_light(spelled))
         if fn is None:
             return frozenset()
         def compute() -> frozenset:
@@ -135,6 +135,51 @@ class FunctionView:
             return frozenset.intersection(*lv.returns_leftover) if lv.returns_leftover else frozenset()
 
         return self.project.tracker.memo(self.ctx.leftovers, (str(fn.module.path), fn.qual), compute)
+
+    def _resolve_light(self, spelled: str) -> Symbol:
+        """`resolve`, without computing this function's facts when its head name is not a
+        local of it: the module's names and the method's class answer (a long function's
+        facts are not worth one callee)."""
+        from .project import Scope
+
+        head = spelled.split(".", 1)[0]
+        if self.qual == MODULE_CODE or head in self._locals:
+            return self.resolve(spelled)
+        cls_qual = self.qual.rpartition(".")[0]
+        cls = self.module.klass(cls_qual) if cls_qual else None
+        if cls is not None and head == self._first_param and "." in spelled:
+            # `self.build(...)`: an attribute of the instance, through the class
+            sym = Symbol("instance", cls.name, cls.module, cls.qual, "local")
+            for part in spelled.split(".")[1:]:
+                if not sym.is_known:
+                    break
+                sym = self.project.attribute(sym, part)
+            return sym
+        return self.project.resolve(self.module, spelled, Scope(self.module, None, cls, cls))
+
+    @cached_property
+    def _first_param(self) -> str | None:
+        args = getattr(self.node, "args", None)
+        if not isinstance(args, ast.arguments) or any(isinstance(d, ast.Name) and d.id == "staticmethod" for d in self.node.decorator_list):
+            return None
+        params = args.posonlyargs + args.args
+        return params[0].arg if params else None
+
+    @cached_property
+    def _locals(self) -> frozenset[str]:
+        """The names the function binds itself, but its first parameter (`self`)."""
+        out: set[str] = set()
+        args = getattr(self.node, "args", None)
+        if isinstance(args, ast.arguments):
+            out.update(a.arg for a in args.posonlyargs + args.args + args.kwonlyargs)
+            out.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+            out.discard(self._first_param)
+        for sub in walk_local(self.node):
+            if isinstance(sub, (ast.Import, ast.ImportFrom)):
+                out.update((a.asname or a.name.split(".")[0]) for a in sub.names)
+            elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                out.add(sub.id)
+        return frozenset(out)
 
     def text(self, node: ast.AST) -> str:
         return self.source.segment(node)
