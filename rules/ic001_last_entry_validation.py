@@ -141,7 +141,9 @@ class LastEntryValidation(Rule):
     leaves the last group's `md` in the function), and what a function returns from its own
     loop (`per_layer, md = self._build_attn_metadata(cad)`, when every return of
     `_build_attn_metadata` hands back its loop's last `md` in that place; the other values
-    then are in what the same call returned beside it).
+    then are in what the same call returned beside it). Such a returned value is followed to
+    a type check of it (`isinstance`, `type(...) is`), not to an assert, a raise or a
+    validating helper it is passed to.
     Not flagged: a search loop that `break`s; a name reassigned between the loop and the check;
     a loop in one branch of an `if` only; a loop over one element (`[x]`, `(x,)`, `range(1)`,
     `xs[:1]`, `xs[-1:]`, or after `assert len(xs) == 1`, `assert len(xs) <= 1`,
