@@ -180,9 +180,10 @@ class Cache:
         self.facts_dirty = True
 
     # -- saving ----------------------------------------------------------------------------------
-    def save(self, live_digests: set[str] | None = None) -> str | None:
+    def save(self, live_digests: set[str] | None = None, facts_used: set[str] | None = None) -> str | None:
         """Write atomically, merged with what parallel runs wrote meanwhile; returns an error
-        message instead of raising."""
+        message instead of raising. `facts_used`: the digests whose facts the run read or
+        wrote, kept besides the live files' (modules of the environment)."""
         if not (self.dirty or self.facts_dirty):
             return None
         try:
@@ -215,12 +216,26 @@ class Cache:
                                 merged.update(self._facts.get(d, {}))
                                 self._facts[d] = merged
                     if live_digests is not None:
-                        keep = set(live_digests) | {m[2] for m in self.stat.values()}
+                        # facts are shared by every cache of this code (one per project root
+                        # and configuration): keep what any of them still points to
+                        keep = set(live_digests) | set(facts_used or ()) | {m[2] for m in self.stat.values()} | self._others_digests()
                         self._facts = {d: c for d, c in self._facts.items() if d in keep}
                     _write_json(self.directory, self.facts_file, self._facts)
         except OSError as exc:
             return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
         return None
+
+    def _others_digests(self) -> set[str]:
+        """The file digests the stat memos of the other caches in this folder point to."""
+        out: set[str] = set()
+        for other in self.directory.glob("*.json"):
+            if other == self.file or other.name.startswith("facts-"):
+                continue
+            data = _read_json(other)
+            stat = data.get("stat") if isinstance(data, dict) else None
+            if isinstance(stat, dict):
+                out.update(m[2] for m in stat.values() if isinstance(m, list) and len(m) == 3 and isinstance(m[2], str))
+        return out
 
     def _prune(self, live_digests: set[str] | None) -> None:
         """Keep the cache the size of the tree, not of its history: what this run used, and

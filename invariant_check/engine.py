@@ -74,8 +74,12 @@ class _CacheFacts(FactStore):
         self.new: dict[str, dict] = {}
         self.new_words: dict[str, dict[str, bool]] = {}
         self.keeps_words = cache is not None
+        # digests whose facts this run read or wrote (modules outside the linted paths too:
+        # the environment's, which no stat memo points to), kept when the cache is pruned
+        self.used: set[str] = set()
 
     def get(self, d: str) -> dict | None:
+        self.used.add(d)
         if d in self.new:
             return self.new[d]
         return self.cache.facts().get(d) if self.cache is not None else None
@@ -285,9 +289,10 @@ class Engine:
         finally:
             _WORKER.pop("engine", None)
         done: list[_Done] = []
-        for batch_done, new_facts, new_words in outputs:
+        for batch_done, new_facts, new_words, used in outputs:
             done.extend(batch_done)
             self._facts.new.update(new_facts)
+            self._facts.used |= used
             for d, words in new_words.items():
                 self._facts.new_words.setdefault(d, {}).update(words)
         return done
@@ -422,7 +427,7 @@ class Engine:
                 file_digest, {k: (v.to_json() if isinstance(v, ChunkFacts) else v) for k, v in chunks.items()}
             )
         live = {d.record.digest for d in done if d.record.digest}
-        err = self.cache.save(live)
+        err = self.cache.save(live, self._facts.used | set(self._facts.new))
         if err:
             result.warnings.append(err)
 
@@ -444,7 +449,7 @@ def _lines(data: bytes) -> bytes:
 _WORKER: dict[str, Any] = {}
 
 
-def _work_batch(paths: list[Path]) -> tuple[list[_Done], dict[str, dict], dict[str, dict[str, bool]]]:
+def _work_batch(paths: list[Path]) -> tuple[list[_Done], dict[str, dict], dict[str, dict[str, bool]], set[str]]:
     """In a forked worker: stages 1-4 for a batch of files. The cache object is the parent's
     copy; what it learns goes back in the records."""
     engine: Engine = _WORKER["engine"]
@@ -464,7 +469,8 @@ def _work_batch(paths: list[Path]) -> tuple[list[_Done], dict[str, dict], dict[s
     for d, words in learned.items():
         new_words.setdefault(d, {}).update(words)
     engine._facts.new_words = new_words
-    return done, new_facts, learned
+    used, engine._facts.used = engine._facts.used, set()
+    return done, new_facts, learned, used
 
 
 # -- the project's files ------------------------------------------------------------------------

@@ -53,3 +53,35 @@ def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):
     doc = json.loads(out.stdout)
     assert len(doc["findings"]) == 2
     assert doc["summary"]["files_parsed"] == 0  # both halves came from the cache
+
+
+def test_facts_are_shared_by_caches_of_other_roots_and_kept_for_modules_read(tmp_path):
+    """Facts live in one file per code version, shared by the caches of every project root:
+    saving one cache keeps the facts that another cache's files, or this run's reads (a
+    module outside the linted paths), still point to."""
+    cache_dir = tmp_path / "cache"
+    tree = Cache(cache_dir, "tree")
+    tree.load()
+    a = _old_file(tmp_path / "a.py", "a = 1\n")
+    da = digest(a.read_bytes())
+    tree.remember(str(a), os.stat(a), da)
+    tree.put_facts(da, {"chunk": {"x": 1}})
+    assert tree.save({da}) is None
+
+    one = Cache(cache_dir, "one-file")
+    one.load()
+    b = _old_file(tmp_path / "b.py", "b = 2\n")
+    db = digest(b.read_bytes())
+    one.remember(str(b), os.stat(b), db)
+    one.put_facts(db, {"chunk": {"y": 2}})
+    one.put_facts("outside", {"chunk": {"z": 3}})  # a module of the environment it read
+    assert one.save({db}, {"outside"}) is None
+    facts = json.loads(one.facts_file.read_text())
+    assert set(facts) == {da, db, "outside"}
+
+    # a later save that neither points to nor reads "outside" lets it go
+    again = Cache(cache_dir, "one-file")
+    again.load()
+    again.put_facts(db, {"chunk": {"y": 2}})
+    assert again.save({db}) is None
+    assert set(json.loads(again.facts_file.read_text())) == {da, db}
