@@ -13,6 +13,7 @@ import ast
 import difflib
 import re
 import textwrap
+from bisect import bisect_right
 from functools import lru_cache
 from typing import Iterable
 
@@ -154,21 +155,24 @@ def parses_whole(text: str) -> bool:
 
 
 @lru_cache(maxsize=4)
-def _by_position(text: str) -> dict[tuple, ast.AST]:
-    """The nodes of a parse of the whole file by (type, line, column), the first in `ast.walk`
-    order for each: built once per file, not walked once per finding."""
-    out: dict[tuple, ast.AST] = {}
-    for sub in ast.walk(_parsed(text)):
-        line = getattr(sub, "lineno", None)
-        if line is not None:
-            out.setdefault((type(sub), line, sub.col_offset), sub)
-    return out
+def _top_starts(text: str) -> tuple[list[int], list[ast.stmt]]:
+    body = _parsed(text).body
+    # a definition starts at its first decorator
+    return [min([st.lineno, *(d.lineno for d in getattr(st, "decorator_list", ()))]) for st in body], body
 
 
 def whole(source: Source, node: ast.AST) -> ast.AST:
     """`node` as a parse of the whole file has it. The engine parses only the definitions a
-    rule needs: a class's methods may be outlines there, with bodies left out."""
-    return _by_position(source.text).get((type(node), node.lineno, node.col_offset), node)
+    rule needs: a class's methods may be outlines there, with bodies left out. Only the
+    top-level statement holding the node is walked (a long file has many)."""
+    starts, body = _top_starts(source.text)
+    i = bisect_right(starts, node.lineno) - 1
+    if i < 0:
+        return node
+    for sub in ast.walk(body[i]):
+        if type(sub) is type(node) and getattr(sub, "lineno", None) == node.lineno and sub.col_offset == node.col_offset:
+            return sub
+    return node
 
 
 def add_keywords(ed: Editor, call: ast.Call, new: list[str]) -> Edit | None:
