@@ -384,8 +384,14 @@ def render_hint(fix: Fix, source: Source) -> str:
     return f"{fix.message} ({how}):\n" + "\n".join(diff_lines(fix, source))
 
 
+@lru_cache(maxsize=4)
+def _split(text: str) -> list[str]:
+    # once per file, not once per finding (a file with many findings)
+    return text.split("\n")
+
+
 def diff_lines(fix: Fix, source: Source) -> list[str]:
-    lines = source.text.split("\n")
+    lines = _split(source.text)
     first = min(e.line for e in fix.edits)
     last = max(e.end_line for e in fix.edits)
     # whole lines around the edits, before and after
