@@ -4,7 +4,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from invariant_check.analysis.facts import last_name, literal_kind, ref, walk_local
+from invariant_check.analysis.facts import call_fact, last_name, literal_kind, ref, walk_local
 from invariant_check.analysis.fields import FieldFlow
 from invariant_check.analysis.flow import Flow
 from invariant_check.analysis.needs import Names, Words
@@ -1210,7 +1210,7 @@ class _Window:
         call = _called(call, bound, aliases)
         if fn is not None and call is node.node:
             # `self.f(...)` with `self.f = functools.partial(self.model.model.compact_topk_indices, ...)`
-            made = self.summaries.bound_call(fn, _call_fact(call), self_cls)
+            made = self.summaries.bound_call(fn, call_fact(call), self_cls)
             if made is not None and made.ref:
                 call = _call_of(made.ref, call)
         name = last_name(call.func)
@@ -1460,12 +1460,6 @@ def _call_of(spelled: str, call: ast.Call) -> ast.Call:
     except SyntaxError:
         return call
     return ast.copy_location(ast.Call(func=func, args=call.args, keywords=call.keywords), call)
-
-
-def _call_fact(call: ast.Call):
-    from invariant_check.analysis.facts import CallFact
-
-    return CallFact(last_name(call.func), ref(call.func), ref(call.func.value) if isinstance(call.func, ast.Attribute) else None, None, [], {}, call.lineno, call.col_offset)
 
 
 def _attribute_calls(owner: ClassInfo, attr: str):

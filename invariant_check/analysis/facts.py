@@ -381,6 +381,23 @@ def _only_ellipsis(body: list[ast.stmt]) -> bool:
     return len(body) == 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and body[0].value.value is Ellipsis
 
 
+def call_fact(call: ast.Call) -> CallFact:
+    """The record of one call: its callee, receiver, literal first argument and arguments."""
+    arg0 = literal_kind(call.args[0]) if call.args else None
+    if arg0 is None and len(call.keywords) == 1 and not call.args:
+        arg0 = literal_kind(call.keywords[0].value)
+    return CallFact(
+        last_name(call.func),
+        ref(call.func),
+        ref(call.func.value) if isinstance(call.func, ast.Attribute) else None,
+        arg0,
+        [ref(a) for a in call.args],
+        {k.arg: ref(k.value) for k in call.keywords if k.arg},
+        call.lineno,
+        call.col_offset,
+    )
+
+
 def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls: str | None) -> FunctionFacts:
     args = node.args
     params = [a.arg for a in args.posonlyargs + args.args]
@@ -406,23 +423,7 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
         if may_gather(sub):
             maybe.append(sub)
         if isinstance(sub, ast.Call):
-            fref = ref(sub.func)
-            recv = ref(sub.func.value) if isinstance(sub.func, ast.Attribute) else None
-            arg0 = literal_kind(sub.args[0]) if sub.args else None
-            if arg0 is None and len(sub.keywords) == 1 and not sub.args:
-                arg0 = literal_kind(sub.keywords[0].value)
-            facts.calls.append(
-                CallFact(
-                    last_name(sub.func),
-                    fref,
-                    recv,
-                    arg0,
-                    [ref(a) for a in sub.args],
-                    {k.arg: ref(k.value) for k in sub.keywords if k.arg},
-                    sub.lineno,
-                    sub.col_offset,
-                )
-            )
+            facts.calls.append(call_fact(sub))
             # in-place tensor updates of an attribute: `x.seq_lens.add_(1)`, `x.f.fill_(0)`
             if isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Attribute):
                 method = sub.func.attr

@@ -140,8 +140,6 @@ class FunctionView:
         """`resolve`, without computing this function's facts when its head name is not a
         local of it: the module's names and the method's class answer (a long function's
         facts are not worth one callee)."""
-        from .project import Scope
-
         head = spelled.split(".", 1)[0]
         if self.qual == MODULE_CODE or head in self._locals:
             return self.resolve(spelled)
