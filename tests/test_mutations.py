@@ -99,3 +99,16 @@ def test_outcome_judges_the_line():
     assert not o.ok
     assert M.Outcome("x", "f", "IC002", True, True, lines=[7], expected_lines=[7]).ok
     assert not M.Outcome("x", "f", "IC002", False, True, lines=[7]).ok
+    # nor does a finding at the site with another one elsewhere, or the site reported twice
+    assert not M.Outcome("x", "f", "IC001", True, True, lines=[7, 9], expected_lines=[7]).ok
+    assert not M.Outcome("x", "f", "IC001", True, True, lines=[7, 7], expected_lines=[7]).ok
+
+
+def test_ic001_sites_are_the_checks_after_the_loop():
+    fx = {f.name: f for f in M.fixtures()}
+    # `if not isinstance(attn_metadata, ...)` after the loop; not the `type(...)` in its message
+    assert M.check_lines(fx["ic001_groups_buggy"].files[M.MAIN]) == [11]
+    # the `assert isinstance(...)`; the `return isinstance(...)` is an answer, not a check
+    assert M.check_lines(fx["ic001_assert_buggy"].files[M.MAIN]) == [7]
+    # inside the loop: nothing
+    assert M.check_lines(fx["ic001_groups_fixed"].files[M.MAIN]) == []

@@ -599,15 +599,56 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
+        """Reported exactly at the expected lines (each once), or not at all for a clean variant."""
         if not self.expect_report:
             return not self.reported
-        return self.reported and (not self.expected_lines or bool(set(self.lines) & set(self.expected_lines)))
+        return self.reported and sorted(self.lines) == sorted(self.expected_lines)
 
 
 def switch_lines(source: str) -> list[int]:
+    """IC002's sites: every call switching top-k reuse on."""
     wrapper = MetadataWrapper(cst.parse_module(source))
     pos = wrapper.resolve(PositionProvider)
     return sorted(pos[c].start.line for c in pos if isinstance(c, cst.Call) and _is_switch_on(c))
+
+
+def check_lines(source: str) -> list[int]:
+    """IC001's sites: the `isinstance(...)`/`type(...)` calls in the test of an `if` or an
+    `assert` outside every `for` loop (a check of the metadata the loop left from its last
+    group); the calls' first lines."""
+    wrapper = MetadataWrapper(cst.parse_module(source))
+    pos = wrapper.resolve(PositionProvider)
+    lines: set[int] = set()
+
+    class Visit(cst.CSTVisitor):
+        def __init__(self):
+            self.loops = 0
+
+        def visit_For(self, node):
+            self.loops += 1
+
+        def leave_For(self, node):
+            self.loops -= 1
+
+        def _test(self, test):
+            if self.loops:
+                return
+            for name in ("isinstance", "type"):
+                for call in _calls_named(test, name):
+                    lines.add(pos[call].start.line)
+
+        def visit_If(self, node):
+            self._test(node.test)
+
+        def visit_Assert(self, node):
+            self._test(node.test)
+
+    wrapper.visit(Visit())
+    return sorted(lines)
+
+
+def expected_lines(rule: str, source: str) -> list[int]:
+    return switch_lines(source) if rule == "IC002" else check_lines(source)
 
 
 def lint(files: Files, rule: str, *, prefilter: bool = True) -> list[int]:
@@ -656,8 +697,8 @@ def run(rules: set[str] | None = None) -> list[Outcome]:
     out = []
     for name, fx, files, expect in variants(wanted):
         lines = lint(files, fx.rule)
-        expected_lines = switch_lines(files[MAIN]) if fx.rule == "IC002" and expect else []
-        out.append(Outcome(name, fx.name, fx.rule, expect, bool(lines), lines, expected_lines))
+        expected = expected_lines(fx.rule, files[MAIN]) if expect else []
+        out.append(Outcome(name, fx.name, fx.rule, expect, bool(lines), lines, expected))
     return out
 
 
