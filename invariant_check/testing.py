@@ -29,8 +29,11 @@ def write_example(root: Path, example: Valid | Invalid) -> Path:
 
 
 def run_example(
-    rule: type[Rule], example: Valid | Invalid, root: Path, *, prefilter: bool = True
+    rule: type[Rule], example: Valid | Invalid, root: Path, *, prefilter: bool = True, every_file: bool = False
 ) -> list[Finding]:
+    """The rule's findings on the example: in the example's own file, or with `every_file` in
+    every file of the tree it writes (its `files` too, where an exact test wants none). A rule
+    with its own `run_example` (IC902) returns the findings it reports, wherever they are."""
     custom = getattr(rule, "run_example", None)
     if custom is not None:  # a rule whose examples are more than code (IC902: a baseline file)
         return custom(example, root, prefilter=prefilter)
@@ -42,5 +45,7 @@ def run_example(
     result = engine.lint(files)
     if result.errors:
         raise AssertionError(f"example did not lint cleanly: {result.errors}")
+    if every_file:
+        return list(result.findings)
     return [f for f in result.findings if f.path == main.name]
 

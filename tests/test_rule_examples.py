@@ -7,7 +7,7 @@ import re
 import pytest
 
 from invariant_check.registry import all_rules
-from invariant_check.testing import run_example
+from invariant_check.testing import EXAMPLE_FILE, run_example
 
 RULES = all_rules()
 CASES = [
@@ -18,17 +18,25 @@ CASES = [
 ]
 
 
+def reported_in(rule) -> str:
+    """The file an INVALID example's line refers to: the example's own, or the rule's
+    (IC902 reports in the baseline file)."""
+    return getattr(rule, "EXAMPLE_REPORTED_IN", None) or EXAMPLE_FILE
+
+
 @pytest.mark.parametrize("rule,kind,index,example", CASES)
 @pytest.mark.parametrize("prefilter", [True, False], ids=["prefilter", "no-prefilter"])
 def test_example(rule, kind, index, example, prefilter, tmp_path):
-    findings = run_example(rule, example, tmp_path, prefilter=prefilter)
+    """Exact: a VALID example gives no finding in any file of its tree; an INVALID one gives
+    exactly one, at its line, in its file (none in the other modules of its tree)."""
+    findings = run_example(rule, example, tmp_path, prefilter=prefilter, every_file=True)
     if kind == "valid":
         assert findings == [], f"{rule.CODE} VALID[{index}] reported: {findings}"
         return
-    assert findings, f"{rule.CODE} INVALID[{index}] reported nothing"
-    at_line = [f for f in findings if f.line == example.line]
-    assert at_line, f"{rule.CODE} INVALID[{index}]: expected line {example.line}, got {[f.line for f in findings]}"
-    f = at_line[0]
+    got = [(f.path, f.line) for f in findings]
+    assert got == [(reported_in(rule), example.line)], (
+        f"{rule.CODE} INVALID[{index}]: expected one finding at {reported_in(rule)}:{example.line}, got {got}")
+    f = findings[0]
     if example.column is not None:
         assert f.column == example.column
     if example.message_contains:
@@ -71,5 +79,5 @@ def test_invalid_examples_with_other_line_endings(rule, example, newline, tmp_pa
     converted = dataclasses.replace(
         example, code=convert(example.code), files={k: convert(v) for k, v in example.files.items()}
     )
-    findings = run_example(rule, converted, tmp_path, prefilter=True)
-    assert example.line in [f.line for f in findings]
+    findings = run_example(rule, converted, tmp_path, prefilter=True, every_file=True)
+    assert [(f.path, f.line) for f in findings] == [(reported_in(rule), example.line)]
