@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from ic_corpus import require_tarball
 from ic_support import RULE, assert_no_traceback, run_cli
 
 from invariant_check.analysis.source import Source, decode
@@ -295,14 +296,10 @@ def test_check_source_wants_code_that_compiles_and_round_trips():
 # -- a real release ---------------------------------------------------------------------------------------------
 
 
-CORPUS = REPO.parent / "shared" / "corpus" / "vllm-0.24.0.tar.xz"
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not CORPUS.exists(), reason="the vLLM 0.24.0 source tarball is not beside the checkout")
 def test_fix_corpus_on_the_release_that_shipped_the_reuse_bug(tmp_path):
     proc = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "fix_corpus.py"), str(CORPUS), "--workdir", str(tmp_path), "--diffs", str(tmp_path / "diffs")],
+        [sys.executable, str(REPO / "bench" / "fix_corpus.py"), str(require_tarball("0.24.0")), "--workdir", str(tmp_path), "--diffs", str(tmp_path / "diffs")],
         capture_output=True, text=True, timeout=1800,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

