@@ -26,7 +26,10 @@ CPU dies in the profile run; the flag adds the keyword to the wrapper in both co
 there), and changes nothing else.
 
 Prints the violations per guard/invariant of each run and the linter's fixes; exit status 0
-when every `--expect-gone` invariant is reported by the stock run and not by the fixed one.
+when every `--expect-gone` invariant (at least one is required: the stock run reporting it is
+the check's positive control) is reported by the stock run and not by the fixed one, the linter
+found something to fix, every lint run exited as it should (1 with findings, 0 without) and the
+fixed run completed; 1 otherwise, 2 when the check could not run.
 """
 
 from __future__ import annotations
@@ -184,11 +187,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", required=True, help="interpreter of the virtualenv with vLLM and invariant-check")
     parser.add_argument("--method", choices=["mtp", "draft_model"], required=True)
-    parser.add_argument("--expect-gone", action="append", default=[], metavar="GUARD/INVARIANT")
+    parser.add_argument("--expect-gone", action="append", default=[], metavar="GUARD/INVARIANT",
+                        help="an invariant the stock run must report and the fixed one not (required)")
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="for both engine runs")
     parser.add_argument("--patch-0.24-cpu-sampler", dest="patch_sampler", action="store_true")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
+    if not args.expect_gone:
+        parser.error("--expect-gone GUARD/INVARIANT is required: without it nothing shows that the fix changed a run")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ic-fix-runtime-"))
     workdir.mkdir(parents=True, exist_ok=True)
     extra_env = dict(item.split("=", 1) for item in args.env)
@@ -217,6 +223,15 @@ def main() -> int:
     for line in fixed.stderr.splitlines():
         print("  " + line)
     print(f"findings left after fixing: {len(left)}; the diff: {workdir / 'fix.diff'}")
+    # exit statuses: 1 with findings, 0 clean; 2 (could not lint) or anything else is a failure
+    statuses = {"lint before": (before.returncode, 1 if findings else 0),
+                "lint --fix": (fixed.returncode, 1 if left else 0),
+                "lint after": (after.returncode, 1 if left else 0)}
+    bad_status = {k: got for k, (got, want) in statuses.items() if got != want}
+    if bad_status:
+        print(f"LINT EXIT STATUS WRONG: {bad_status}; stderr: {before.stderr.strip() or after.stderr.strip()}")
+    if not findings:
+        print("NO FINDINGS in the stock package: nothing for the fix to change")
 
     model, draft = build_models(args.python, workdir, args.method)
     results = {}
@@ -241,7 +256,7 @@ def main() -> int:
         verdict = "gone" if stock_n and not fixed_n else "NOT SHOWN"
         ok &= verdict == "gone"
         print(f"{key}: stock {stock_n}, fixed {fixed_n}: {verdict}")
-    ok &= not left and bool(results["fixed"][0].get("ok"))
+    ok &= not left and bool(findings) and not bad_status and bool(results["fixed"][0].get("ok"))
     print("RESULT:", "PASS" if ok else "FAIL")
     return 0 if ok else 1
 
