@@ -91,11 +91,14 @@ def main() -> int:
 
     def check(name, cond, detail=""):
         print(f"{'PASS' if cond else 'FAIL'} {name} {detail}")
-        if not cond:
-            failures.append(name)
+        (passed if cond else failures).append(name)
+
+    skipped: list[str] = []
+    passed: list[str] = []
 
     def skip(name):
         print(f"SKIP {name} (CPU smoke)")
+        skipped.append(name)
 
     def synchronize():
         if not smoke:
@@ -438,7 +441,7 @@ def main() -> int:
             draft_steps(p, cad)
         queued = len(mc._queue)
         p.propose()  # next proposal: read back
-        check("coherence correct: checks queued, no sync", queued >= 1 or smoke, f"{queued} queued")
+        check("coherence correct: checks queued, no sync", queued >= 1, f"{queued} queued")
         check("coherence correct: no violation", rep.violations == 0 and rep.guard_errors == 0)
     except Exception:
         traceback.print_exc()
@@ -537,8 +540,18 @@ def main() -> int:
             check("overhead measurement ran", False)
 
     patcher.uninstall()
-    print(f"\n{'OK' if not failures else 'FAILED: ' + ', '.join(failures)}")
-    return 0 if not failures else 1
+    if not passed and not failures:
+        failures.append("no check ran")
+    if failures:
+        print(f"\nFAILED: {', '.join(failures)}")
+        return 1
+    if smoke:
+        # not a GPU result: say what it proved and what it did not
+        print(f"\n{len(passed)} checks passed on CPU; {len(skipped)} GPU-only checks NOT RUN "
+              f"({', '.join(skipped)}): a smoke run proves the sequence, not the GPU path\nSMOKE OK")
+        return 0
+    print("\nOK")
+    return 0
 
 
 if __name__ == "__main__":
