@@ -26,6 +26,10 @@ SCALING_SHAPES): lint time must grow linearly with the number of candidates.
 
 Fixit belongs in its own virtualenv (it pins its own libcst), e.g.
     python3 -m venv /tmp/fixit-venv && /tmp/fixit-venv/bin/pip install 'fixit>=2'
+
+Exit status: 0 when every target is met, 1 when one is missed, 2 when a timed run could not do
+its job (a lint that exited 2, or a positive control that did not find its finding: then the
+times measure nothing).
 """
 
 from __future__ import annotations
@@ -771,6 +775,24 @@ def main() -> int:
         print(f"- files checked / parsed: cold {cold_sum.get('files_checked', '?')} / {cold_sum.get('files_parsed', '?')}, "
               f"warm {warm_sum.get('files_checked', '?')} / {warm_sum.get('files_parsed', '?')}; exit codes {sorted(rc_note)}"
               f"; findings {cold_sum.get('findings', '?')}, errors {cold_sum.get('errors', '?')}")
+        # Exit statuses: a timed run that could not lint (2) timed nothing. The positive controls
+        # must find what they hold (exit 1), the clean files nothing (exit 0).
+        def statuses(label, series, allowed):
+            bad = sorted({r.rc for r in series.runs} - set(allowed))
+            if bad:
+                err = next((r.stderr or r.stdout for r in series.runs if r.rc in bad), "").strip()[-300:]
+                problems.append(f"{label}: exit {bad}, wanted {sorted(allowed)}: {err}")
+
+        problems: list[str] = []
+        for what, series, _target, _ok in rows:
+            statuses(what, series, (0, 1))
+        statuses("1 new file with a finding (positive control)", s_new, (1,))
+        statuses(f"{BIG_LINES:,}-line file with a finding (positive control)", big_ours, (1,))
+        for label, series in one_rows:
+            if label.startswith("1 clean file") or label.startswith("1 file just edited"):
+                statuses(label, series, (0,))
+        if cold_sum.get("errors"):
+            problems.append(f"the cold run could not lint {cold_sum.get('errors')} file(s)")
         print()
         w = max(len(r[0]) for r in rows)
         print(f"| {'what':<{w}} | {'wall (median)':>13} | {'wall (min)':>10} | {'CPU':>8} | target | |")
@@ -800,11 +822,19 @@ def main() -> int:
                 print(f"- {code}: {fmt_s(s.wall)} wall, {fmt_s(s.cpu)} CPU, {summ.get('files_parsed', '?')} files parsed")
         if args.profile:
             profile_section(ours, tree, tree / CLEAN_FILES[-1], work)
-        if args.scaling:
-            scaling_section(ours, shapes, sizes, args.repeat, args.scaling_timeout, jobs, work, env)
+        if args.scaling and not scaling_section(ours, shapes, sizes, args.repeat, args.scaling_timeout, jobs, work, env):
+            problems.append("the scaling section failed")
+        missed = [what for what, _s, _t, ok in rows if ok is False] + ([] if ok_mem else ["peak memory"])
+        print()
+        for problem in problems:
+            print(f"FAIL {problem}")
+        if missed:
+            print(f"targets MISSED: {'; '.join(m.strip() for m in missed)}")
+        print("RESULT:", "FAIL" if problems else ("targets missed" if missed else "ok"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return 0
+    # 2: a timed run could not do its job (nothing was measured); 1: a target was missed
+    return 2 if problems else (1 if missed else 0)
 
 
 def scaling_only(ours, shapes: list[str], sizes: list[int], args, jobs: list[str]) -> int:
