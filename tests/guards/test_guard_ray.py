@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 from guards_helpers import requires_vllm
 
-pytestmark = [requires_vllm, pytest.mark.vllm, pytest.mark.slow]
+# one worker: two local Ray instances started at once would contend for its default ports
+pytestmark = [requires_vllm, pytest.mark.vllm, pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 ray = pytest.importorskip("ray")
 
