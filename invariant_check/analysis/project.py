@@ -753,8 +753,13 @@ class Project:
 
     def roots_for(self, near: "Module | None") -> tuple[Path, ...]:
         """Where absolute imports of a module are looked up: its own package's root, then the
-        project root and its `src` folder. Never what happens to be linted in this run."""
-        roots = [self.source_root(near.path)] if near is not None else []
+        project root and its `src` folder. Never what happens to be linted in this run.
+
+        A module from outside the project (extra-paths, the environment, a bundled model) gets
+        no root of its own: its imports go through the documented order like any other, so a
+        bundled model's `import vllm.x` is answered by the environment's `vllm.x` when it has
+        one, never by the model beside it."""
+        roots = [self.source_root(near.path)] if near is not None and near.origin == "project" else []
         for extra in (self.root, self.root / "src"):
             if extra not in roots:
                 roots.append(extra)
@@ -823,6 +828,15 @@ class Project:
         return self.module_at(hit[1], name=name, origin=hit[0]) if hit is not None else None
 
     def relative_module(self, module: Module, level: int, name: str) -> Module | None:
+        if module.origin != "project":
+            # an outside module's `from .x import y` is the absolute import of its package's
+            # `x`, looked up in the documented order (the environment's before a bundled model)
+            package = module.name.split(".") if module.is_package else module.name.split(".")[:-1]
+            if level - 1 > len(package) or (level - 1 == len(package) and not name):
+                return None
+            base = package[: len(package) - (level - 1)]
+            dotted = ".".join([*base, *([name] if name else [])])
+            return self.find_module(dotted, module, probe=True) if dotted else None
         folder = module.path.parent
         for _ in range(level - 1):
             folder = folder.parent
