@@ -810,8 +810,9 @@ class Project:
             for root in roots:
                 for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                     if self._exists(candidate):
-                        # an outside module's own package is looked up beside it first
-                        hit = (self.env.origin(candidate) or "project", candidate)
+                        # the project's own, even where the environment's import path also
+                        # holds it (`python -m` puts the current folder there)
+                        hit = ("project", candidate)
                         break
                 if hit:
                     break
@@ -844,7 +845,7 @@ class Project:
         candidates = [folder / "__init__.py"] if rel is None else [folder / rel.with_suffix(".py"), folder / rel / "__init__.py"]
         for candidate in candidates:
             if self._exists(candidate):
-                return self.module_at(candidate, origin=self.env.origin(candidate) or "project")
+                return self.module_at(candidate, origin="project")
         return None
 
     def list_files(self) -> list[Path]:
