@@ -413,6 +413,11 @@ def diff_lines(fix: Fix, source: Source) -> list[str]:
         out.pop()
     if not out:
         return ["(no change)"]
+    # an added line too long for the project is shown as its formatter would write it
+    from .linewrap import line_length_of, wrap
+
+    limit = line_length_of(source.path)
+    out = [w for l in out for w in (["+ " + x for x in wrap(l[2:], limit)] if l.startswith("+ ") else [l])]
     # drop the indentation every shown line shares
     body = [l[2:] for l in out if l[2:].strip()]
     margin = min((len(l) - len(l.lstrip()) for l in body), default=0)
