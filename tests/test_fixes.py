@@ -229,7 +229,8 @@ def test_overlapping_fixes_wait_for_the_next_pass(tmp_path):
 
 
 def test_explain_shows_the_fix():
-    res = CliRunner().invoke(main, ["explain", "IC004"])
+    assert "## Fix" in CliRunner().invoke(main, ["explain", "IC004"]).output  # what the fix does
+    res = CliRunner().invoke(main, ["explain", "IC004", "--examples"])  # and its diff on an example
     assert res.exit_code == 0, res.output
     assert "## Fix" in res.output and "## The fix, on the first flagged example that has one" in res.output
     assert "+        common_attn_metadata.max_seq_len += 1" in res.output
