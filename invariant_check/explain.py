@@ -36,6 +36,7 @@ def markdown(rule, examples: bool = False) -> str:
         return _short(rule, doc)
     parts = [f"# {rule.CODE} {rule.NAME}\n\n{doc}"]
     parts.append(_option_defaults(rule))
+    shown: set[tuple[str, str]] = set()  # a module beside many examples is printed once
     for title, cases in (("Flagged", rule.INVALID), ("Not flagged", rule.VALID)):
         if cases:
             parts.append(f"\n## {title} (tested examples)\n\n")
@@ -43,6 +44,10 @@ def markdown(rule, examples: bool = False) -> str:
                 parts.append("\n" if i else "")
                 parts.append("```python\n" + ex.code.strip("\n") + "\n```\n")
                 for name, code in ex.files.items():  # other modules of the example, a baseline file
+                    if (name, code) in shown:
+                        parts.append(f"\nBeside it, `{name}` as above.\n")
+                        continue
+                    shown.add((name, code))
                     lang = "json" if name.endswith(".json") else "python"
                     parts.append(f"\nBeside it, `{name}`:\n\n```{lang}\n" + code.strip("\n") + "\n```\n")
     from .fixes import example_fix  # (stdlib only: explain imports no libcst)

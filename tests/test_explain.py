@@ -170,3 +170,7 @@ def test_the_default_page_is_what_a_user_reads_and_points_at_the_examples(tmp_pa
     assert full == markdown(rule, examples=True)
     for ex in rule.VALID + rule.INVALID:
         assert ex.code.strip("\n") in full
+    # a module that stands beside several examples is printed once, then named
+    beside = {(n, c.strip("\n")) for ex in rule.VALID + rule.INVALID for n, c in ex.files.items()}
+    for name, code in beside:
+        assert full.count(code + "\n```") == 1, name
