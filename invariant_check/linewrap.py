@@ -50,6 +50,46 @@ def wrap(line: str, limit: int = DEFAULT_LINE_LENGTH) -> list[str]:
     return out if out is not None else [line]
 
 
+def wrap_statements(lines: list[str], limit: int = DEFAULT_LINE_LENGTH) -> list[list[str]]:
+    """Each of `lines` (consecutive lines of a file, starting at a statement) as it is shown:
+    `wrap` of a line that holds one whole statement, the line itself otherwise (a line of a
+    string or of a statement spanning lines is never split)."""
+    out = [[line] for line in lines]
+    long = [i for i, line in enumerate(lines) if len(line) > limit]
+    if not long:
+        return out
+    whole = _single_line_statements(lines)
+    for i in long:
+        if i in whole:
+            out[i] = wrap(lines[i], limit)
+    return out
+
+
+def _single_line_statements(lines: list[str]) -> set[int]:
+    """The (0-based) lines that hold one logical line from its start to its end."""
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO("\n".join(lines) + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return set()
+    whole: set[int] = set()
+    start_row = None
+    for tok in toks:
+        if tok.type == tokenize.ERRORTOKEN:
+            return set()
+        if tok.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER):
+            continue
+        if tok.type == tokenize.NEWLINE:
+            if start_row is not None and tok.start[0] == start_row:
+                whole.add(start_row - 1)
+            start_row = None
+            continue
+        if start_row is None:
+            start_row = tok.start[0]
+        if tok.end[0] != start_row:
+            start_row = -1  # this logical line spans lines
+    return whole
+
+
 def _tokens(text: str) -> list[tuple[str, str, int]] | None:
     """(string, kind, spaces before it) of one logical line; None: comments, several lines."""
     try:
@@ -61,7 +101,7 @@ def _tokens(text: str) -> list[tuple[str, str, int]] | None:
     for tok in raw:
         if tok.type in (tokenize.NEWLINE, tokenize.ENDMARKER, tokenize.NL):
             continue
-        if tok.type in (tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT) or tok.start[0] != 1 or tok.end[0] != 1:
+        if tok.type in (tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ERRORTOKEN) or tok.start[0] != 1 or tok.end[0] != 1:
             return None
         kind = "op" if tok.type == tokenize.OP else ("name" if tok.type == tokenize.NAME else "other")
         out.append((tok.string, kind, tok.start[1] - end[1]))

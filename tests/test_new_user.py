@@ -262,3 +262,26 @@ def _edit(e: dict):
     from invariant_check.types import Edit
 
     return Edit(e["location"]["line"], e["location"]["column"], e["end_location"]["line"], e["end_location"]["column"], e["content"])
+
+
+def test_only_whole_one_line_statements_are_split():
+    """A long line of a docstring, or of a statement that already spans lines, is shown as it
+    is; a long one-line statement is split (and comes back the same code)."""
+    import ast
+
+    from invariant_check.linewrap import wrap_statements
+
+    call = "    result = compute(" + ", ".join(f"argument_number_{i}" for i in range(8)) + ")"
+    lines = [
+        "def f():",
+        '    """A docstring line that is long enough to pass the limit: compute(a, b, c, d, e, f, g, h, i).',
+        '    """',
+        call,
+        "    other = compute(",
+        "        " + ", ".join(f"argument_number_{i}" for i in range(9)),
+        "    )",
+    ]
+    shown = wrap_statements(lines, 88)
+    assert shown[1] == [lines[1]] and shown[5] == [lines[5]]
+    assert len(shown[3]) == 10 and all(len(l) <= 88 for l in shown[3])
+    assert ast.dump(ast.parse("\n".join(shown[3]).strip())) == ast.dump(ast.parse(call.strip()))
