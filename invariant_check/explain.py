@@ -44,10 +44,10 @@ def markdown(rule, examples: bool = False) -> str:
                 parts.append("\n" if i else "")
                 parts.append("```python\n" + ex.code.strip("\n") + "\n```\n")
                 for name, code in ex.files.items():  # other modules of the example, a baseline file
-                    if (name, code) in shown:
+                    if (name, code.strip("\n")) in shown:
                         parts.append(f"\nBeside it, `{name}` as above.\n")
                         continue
-                    shown.add((name, code))
+                    shown.add((name, code.strip("\n")))
                     lang = "json" if name.endswith(".json") else "python"
                     parts.append(f"\nBeside it, `{name}`:\n\n```{lang}\n" + code.strip("\n") + "\n```\n")
     from .fixes import example_fix  # (stdlib only: explain imports no libcst)
