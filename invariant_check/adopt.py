@@ -1,7 +1,7 @@
 """What `lint` does with `--baseline`, `--write-baseline`, `--no-baseline` and `--add-noqa`, once
 the rules have run: adopting the tool on a tree that already has findings.
 
-    code = adopt(result, projects, paths, cwd, sources, options)   # None: go on and report
+    code = adopt(result, projects, sources, options)   # None: go on and report
 
 - a baseline (`--baseline FILE`, else each configuration's `baseline`, unless `--no-baseline`)
   drops the findings it holds from `result` and adds IC902 findings for its unused entries;
@@ -39,9 +39,11 @@ def _scope(projects, paths, cwd: Path, result) -> Scope:
     return Scope(files, folders, {r.CODE for r in result.rules})
 
 
-def adopt(result, projects, paths, cwd: Path, sources, *, baseline: Path | None = None,
-          write_baseline: Path | None = None, no_baseline: bool = False, add_noqa: bool = False,
-          use_stdin: bool = False) -> int | None:
+def adopt(result, projects, sources, options) -> int | None:
+    """`options`: the run's `LintOptions` (its paths, cwd and adoption flags)."""
+    paths, cwd, use_stdin = list(options.paths), options.cwd, options.use_stdin
+    baseline, write_baseline = options.baseline, options.write_baseline
+    no_baseline, add_noqa = options.no_baseline, options.add_noqa
     if add_noqa and write_baseline is not None:
         raise BaselineError("--add-noqa and --write-baseline do not go together: choose one way to adopt")
     if use_stdin and (add_noqa or write_baseline is not None):

@@ -343,7 +343,15 @@ def _unused(key: Key, count: int, found: int, baseline: Baseline, shown: str) ->
     except OSError:
         pass
     return Finding(shown, line, 1, line, max(width, 2), UNUSED[0], UNUSED[1], message,
-                   all_rules()[UNUSED[0]].HINT, data={"entry": key.to_json(count), "found": found})
+                   all_rules()[UNUSED[0]].HINT.format(baseline=_shell_word(shown)),
+                   data={"entry": key.to_json(count), "found": found})
+
+
+def _shell_word(text: str) -> str:
+    """`text` as one word of a shell command (quoted only when it needs it)."""
+    import shlex
+
+    return shlex.quote(text)
 
 
 def keys_of(findings: Iterable[Finding], prints: Fingerprints, folder: Path) -> Counter:

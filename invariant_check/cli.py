@@ -19,11 +19,26 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
-def _split_codes(values: tuple[str, ...]) -> list[str]:
-    return [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+# Commands of other linters that people type by habit (ruff check, flake8-style runners)
+HABITS = {"check": "lint"}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """A command that does not exist gets click's usage error, with the command meant."""
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else None
+        if name is not None and not name.startswith("-") and self.get_command(ctx, name) is None:
+            import difflib
+
+            known = self.list_commands(ctx)
+            meant = HABITS.get(name.lower()) or next(iter(difflib.get_close_matches(name.lower(), known, n=1)), None)
+            if meant in known:
+                ctx.fail(f"No such command {name!r}. Did you mean {meant!r}?")
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="invariant-check")
 def main() -> None:
     """Checks the attention-metadata invariants of speculative decoding (vLLM first)."""
@@ -67,6 +82,7 @@ def lint(**kwargs):
 def _guarded(func, /, *args, **kwargs):
     """Runs a command body; whatever goes wrong is one line on stderr and exit 2, never a
     traceback (set INVARIANT_CHECK_DEBUG=1 to see it)."""
+    _check_environment()
     try:
         return func(*args, **kwargs)
     except (SystemExit, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
@@ -83,6 +99,19 @@ def _guarded(func, /, *args, **kwargs):
             raise
         detail = " ".join(str(exc).split())
         _fail(f"internal error: {type(exc).__name__}" + (f": {detail}" if detail else ""))
+
+
+def _check_environment() -> None:
+    """The linter's own environment variables hold values their table lists (as the guards'
+    are checked when vLLM loads them): a misspelt value is one line and exit 2, not ignored."""
+    from .envvars import VARS, EnvError, get
+
+    for var in VARS:
+        if var.part == "lint":
+            try:
+                get(var.name)
+            except EnvError as exc:
+                _fail(str(exc))
 
 
 def _debug() -> bool:
@@ -103,10 +132,10 @@ def _quiet_stdout() -> None:
         pass
 
 
-def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_cache, cache_dir, statistics, config_file, warn_unused_ignores, respect_gitignore, stdin_filename, exit_zero, quiet, show_source, python, verbose, fix, unsafe_fixes, diff, show_fixes, no_prefilter, **adoption):
-    from .config import ConfigError, check_codes, interpreter_path
-    from .globs import PathGlobs
-    from .projects import ProjectIndex, RunSettings, Selection
+def _lint(**flags):
+    from .config import ConfigError
+    from .options import LintOptions
+    from .projects import ProjectIndex, lint_run
     from .registry import all_rules
 
     all_rules()  # a broken rule package fails here, even for a run that finds no file
@@ -114,60 +143,27 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
     # cycles: the cyclic collector would rescan them again and again (about a tenth of a
     # run) and free nothing; reference counting frees what dies. Workers inherit this.
     gc.disable()
-    paths = list(paths)
-    use_stdin = paths == ["-"] or (stdin_filename is not None and not paths)
-    if "-" in paths and not use_stdin:
-        _fail("`-` (standard input) cannot be combined with other paths")
-    if stdin_filename is not None and not use_stdin:
-        _fail("--stdin-filename is for linting standard input: give `-` as the only path")
-    paths = paths or ["."]
-    cwd = Path.cwd()
+    fixing = None
     try:
-        selection = Selection(
-            select=check_codes(_split_codes(select), "--select") if select else None,
-            extend_select=check_codes(_split_codes(extend_select), "--extend-select"),
-            ignore=check_codes(_split_codes(ignore), "--ignore"),
-            warn_unused_ignores=warn_unused_ignores,
-        )
-        index = ProjectIndex(config_file, cwd, [p for p in paths if p != "-"] if not use_stdin else [stdin_filename or "."])
-        settings = RunSettings(
-            selection, jobs=jobs, cache=not no_cache, cache_dir=cache_dir, prefilter=not no_prefilter,
-            python=interpreter_path(python, cwd) if python else None,
-        )
-        cli_exclude = PathGlobs(exclude, cwd)
-        if use_stdin:
-            data = click.get_binary_stream("stdin").read()
-            result, sources = _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd)
-        else:
-            result, sources = _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd), {}
-        fixing = None
-        if fix or diff:
-            from .fixes import FixError, run_fixes
-
-            if use_stdin:
-                where = Path(os.path.abspath(cwd / (stdin_filename if stdin_filename is not None else "-")))
-                relint = lambda given: _lint_stdin(given.get(where, data), stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd)[0]  # noqa: E731
-                read = lambda _path: data  # noqa: E731
-            else:
-                relint = lambda given: _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd, given)  # noqa: E731
-                read = None
-            try:
-                fixing = run_fixes(result, relint, unsafe=unsafe_fixes, cwd=cwd, read=read)
-            except FixError as exc:
-                _fail(str(exc))
+        options = LintOptions.from_flags(Path.cwd(), **flags)
+        index = ProjectIndex(options.config_file, options.cwd, options.config_paths)
+        data = click.get_binary_stream("stdin").read() if options.use_stdin else None
+        result, sources = lint_run(options, index, data)
+        if options.fix or options.diff:
+            fixing = _fixes(options, index, result, data)
             result = fixing.result
-            result.warnings.extend(fixing.notes)
-            if use_stdin:
-                sources = {next(iter(sources)): fixing.fixed.get(where, data)}
+            if options.use_stdin:
+                sources = {next(iter(sources)): fixing.fixed.get(options.stdin_path, data)}
     except ConfigError as exc:
         _fail(str(exc))
     if fixing is not None:
         from .fixes import report_fixes
 
-        report_fixes(fixing, diff=diff, stdin=where if use_stdin else None, cwd=cwd)
-        if diff:
-            _finish_diff(fixing, result, quiet)
-        if use_stdin:
+        report_fixes(fixing, diff=options.diff, stdin=options.stdin_path if options.use_stdin else None, cwd=options.cwd)
+        _hidden_fixes(fixing, options)
+        if options.diff:
+            _finish_diff(fixing, result, options)
+        if options.use_stdin:
             out = click.get_binary_stream("stdout")
             out.write(next(iter(sources.values())))
             out.flush()
@@ -175,48 +171,67 @@ def _lint(paths, select, extend_select, ignore, exclude, fmt, output, jobs, no_c
     from .adopt import BaselineError, adopt
 
     try:
-        code = adopt(result, index.order, paths, cwd, sources, use_stdin=use_stdin, **adoption)
+        code = adopt(result, index.order, sources, options)
     except BaselineError as exc:
         _fail(str(exc))
     if code is not None:
         sys.exit(code)
+    _report(result, options, sources, fixing)
 
-    from .formats import render
+
+def _fixes(options, index, result, data):
+    """`--fix`/`--diff`: the fixes of `result`, relinted until nothing changes (nothing written)."""
+    from .fixes import FixError, run_fixes
+    from .projects import lint_run
+
+    relint = lambda given: lint_run(options, index, data, given)[0]  # noqa: E731
+    read = (lambda _path: data) if options.use_stdin else None
+    try:
+        fixing = run_fixes(result, relint, unsafe=options.unsafe_fixes, cwd=options.cwd, read=read)
+    except FixError as exc:
+        _fail(str(exc))
+    fixing.result.warnings.extend(fixing.notes)
+    return fixing
+
+
+def _hidden_fixes(fixing, options) -> None:
+    """How many fixes were left out for want of `--unsafe-fixes` (as ruff says it), on standard
+    error; the text report of `--fix` says it in its summary."""
+    n = fixing.unsafe_left
+    if not n or options.quiet or (options.fix and not options.diff and options.fmt == "text"):
+        return
+    what = "shown" if options.diff else "applied"
+    click.echo(f"invariant-check: {n} fix{'es' * (n != 1)} available with `--unsafe-fixes` "
+               f"(not {what}; review them with `--diff --unsafe-fixes`)", err=True)
+
+
+def _report(result, options, sources, fixing) -> None:
+    from .formats import report
     from .formats.text import render_errors
 
-    to_terminal = output is None and sys.stdout.isatty()
-    if show_source is None:
-        show_source = to_terminal
-    text = render(
-        fmt,
-        result,
-        result.rules,
-        color=to_terminal and "NO_COLOR" not in os.environ,
-        show_source=show_source,
-        statistics=statistics,
-        quiet=quiet,
-        sources=sources,
-        fixing=fixing,
-        show_fixes=show_fixes,
-    )
-    if output is not None:
+    to_terminal = options.output is None and sys.stdout.isatty()
+    text = report(result, options, to_terminal=to_terminal, color=to_terminal and "NO_COLOR" not in os.environ,
+                  sources=sources, fixing=fixing)
+    if options.output is not None:
         try:
-            output.write_text(text, encoding="utf-8")  # not the locale's: SARIF/JSON readers expect UTF-8
+            options.output.write_text(text, encoding="utf-8")  # not the locale's: SARIF/JSON readers expect UTF-8
         except OSError as exc:
-            _fail(f"{output}: cannot write: {exc.strerror or exc}")
+            _fail(f"{options.output}: cannot write: {exc.strerror or exc}")
     else:
         # `lint - --fix` prints the fixed source on stdout (as ruff does): the report goes to stderr
-        click.echo(text, nl=False, err=fixing is not None and use_stdin)
-    if fmt == "text" and result.errors:
+        click.echo(text, nl=False, err=fixing is not None and options.use_stdin)
+    if result.errors:
+        # on standard error in every format (JSON, SARIF and github carry them too): a CI log
+        # says which file could not be linted, whatever the report went into
         click.echo(render_errors(result), err=True, nl=False)
-    if verbose:
+    if options.verbose:
         click.echo(_outside_report(result.outside), err=True, nl=False)
-    if not quiet:
+    if not options.quiet:
         for warning in result.warnings:
             click.echo(f"invariant-check: warning: {warning}", err=True)
     if result.errors:
         sys.exit(EXIT_ERROR)
-    sys.exit(EXIT_FINDINGS if result.findings and not exit_zero else EXIT_CLEAN)
+    sys.exit(EXIT_FINDINGS if result.findings and not options.exit_zero else EXIT_CLEAN)
 
 
 def _outside_report(outside: dict[str, str]) -> str:
@@ -228,69 +243,16 @@ def _outside_report(outside: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _finish_diff(fixing, result, quiet):
+def _finish_diff(fixing, result, options):
     """`--diff`: the diff is the output; exit 1 when there is a fix, 2 when linting failed."""
     from .formats.text import render_errors
 
     if result.errors:
         click.echo(render_errors(result), err=True, nl=False)
-    if not quiet:
+    if not options.quiet:
         for warning in result.warnings:
             click.echo(f"invariant-check: warning: {warning}", err=True)
     sys.exit(EXIT_ERROR if result.errors else EXIT_FINDINGS if fixing.changed else EXIT_CLEAN)
-
-
-def _lint_paths(paths, index, settings, cli_exclude, respect_gitignore, cwd, sources=None):
-    from .discovery import discover
-    from .projects import group, lint_projects
-
-    found = discover(paths, scope_for=index.for_folder, exclude=cli_exclude, respect_gitignore=respect_gitignore, cwd=cwd)
-    projects = group(found.files, index)
-    for project in projects:
-        project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd, found)
-    result = lint_projects(projects, settings, cwd=cwd, sources=sources)
-    from .config_checks import unmatched_per_file_ignores
-
-    result.warnings.extend(unmatched_per_file_ignores(projects, paths, cwd))
-    result.errors.extend(found.errors)
-    result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
-    # a path that does not exist was never a file to check; one that cannot be read was
-    result.files_seen += len(found.errors) - found.not_found
-    result.paths_not_found = found.not_found
-    return result
-
-
-def _listing(project, index, cli_exclude, respect_gitignore, cwd, known=None):
-    """Every Python file of a project, found as discovery finds them (lazily: only a
-    project-wide question asks). Folders the command line's discovery walked are not walked
-    again."""
-    from .discovery import discover
-
-    def listing():
-        found = discover([str(project.config.root)], scope_for=index.for_folder, exclude=cli_exclude,
-                         respect_gitignore=respect_gitignore, cwd=cwd, known=known)
-        return [p for p, scope in found.files if scope is project]
-
-    return listing
-
-
-def _lint_stdin(data, stdin_filename, index, settings, cli_exclude, respect_gitignore, cwd):
-    """Standard input linted as the file it names; the rest of its project is read from disk
-    for the cross-file facts (base classes, helpers), but only the buffer is reported."""
-    from .discovery import display_path
-    from .projects import lint_projects
-
-    path = Path(os.path.abspath(cwd / (stdin_filename if stdin_filename is not None else "-")))
-    project = index.for_folder(str(path.parent))
-    # only the buffer is linted; the project model reads the rest of the project as needed
-    project.files = [path]
-    project.listing = _listing(project, index, cli_exclude, respect_gitignore, cwd)
-    result = lint_projects([project], settings, cwd=cwd, sources={path: data})
-    shown = display_path(path, cwd)
-    result.findings = [f for f in result.findings if f.path == shown]
-    result.errors = [e for e in result.errors if e.path == shown or e.path.startswith("<rule ")]
-    result.files_seen = 1
-    return result, {shown: data}
 
 
 @main.command(name="rules")
@@ -318,13 +280,14 @@ def _rules(fmt):
 @click.argument("rule")
 @click.option("--format", "fmt", type=click.Choice(["auto", "terminal", "markdown"]), default="auto", show_default=True,
               help="auto: rendered for a terminal (wrapped, paged), Markdown when piped.")
+@click.option("--examples", is_flag=True, help="The whole page: every section, the tested examples and the fix's diff.")
 @click.option("--no-pager", is_flag=True, help="Never page, however long the page (also: PAGER=cat).")
-def explain(rule, fmt, no_pager):
-    """Print a rule's documentation and examples (RULE: code or name)."""
-    _guarded(_explain, rule, fmt, not no_pager)
+def explain(rule, fmt, examples, no_pager):
+    """Print what a rule finds, why, an example, the fix and its options (RULE: code or name)."""
+    _guarded(_explain, rule, fmt, not no_pager, examples)
 
 
-def _explain(rule, fmt="auto", pager=True):
+def _explain(rule, fmt="auto", pager=True, examples=False):
     from .explain import markdown, show, unknown_rule_message
     from .registry import all_rules, resolve_code
 
@@ -333,7 +296,7 @@ def _explain(rule, fmt="auto", pager=True):
         _fail(f"{rule!r} names several rules ({', '.join(codes)}); give one code or name")
     if not codes:
         _fail(unknown_rule_message(rule))
-    show(markdown(all_rules()[codes[0]]), fmt, pager)
+    show(markdown(all_rules()[codes[0]], examples), fmt, pager)
 
 
 def _add_runtime_commands() -> None:

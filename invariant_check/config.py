@@ -163,6 +163,14 @@ def load_config(path: Path | None, *, fallback_root: Path | None = None) -> Conf
             raise ConfigError(f"{path}: [tool] must be a table")
         table = tool.get(TABLE, {})
     else:
+        tool = data.get("tool")
+        if isinstance(tool, dict) and TABLE in tool:
+            raise ConfigError(
+                f"{path}: holds a [tool.{TABLE}] table, but only a file named pyproject.toml is read "
+                f"that way: in any other file the keys stand at the top level (remove the "
+                f"[tool.{TABLE}] heading and the `tool.{TABLE}.` of its subtables), or pass the "
+                f"project's pyproject.toml"
+            )
         table = data
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.{TABLE}] must be a table")
@@ -246,6 +254,10 @@ def parse_table(table: dict[str, Any], source: Path) -> Config:
             raise ConfigError(f"{where}: python must be the path of an interpreter, got {python!r}")
         cfg.python = interpreter_path(python, cfg.root)
     cfg.extra_paths = [Path(os.path.abspath(cfg.root / p)) for p in str_list("extra-paths")]
+    for given, folder in zip(str_list("extra-paths"), cfg.extra_paths):
+        if not folder.is_dir():
+            why = "is not a folder" if folder.exists() else "does not exist"
+            cfg.warnings.append(f"{where}: extra-paths: {given!r} {why} ({folder}); no import is looked up there")
     return cfg
 
 

@@ -401,12 +401,16 @@ def diff_lines(fix: Fix, source: Source) -> list[str]:
         Edit(e.line - first + 1, e.column, e.end_line - first + 1, e.end_column, e.content) for e in fix.edits
     ]
     after = apply_to_text("\n".join(before), local).split("\n")
+    # an added statement too long for the project is shown as its formatter would write it
+    from .linewrap import line_length_of, wrap_statements
+
+    shown_after = wrap_statements(after, line_length_of(source.path))
     out: list[str] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(a=before, b=after, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
         out.extend("- " + l for l in before[i1:i2])
-        out.extend("+ " + l for l in after[j1:j2])
+        out.extend("+ " + w for l in range(j1, j2) for w in shown_after[l])
     while out and not out[0][2:].strip():
         out.pop(0)
     while out and not out[-1][2:].strip():

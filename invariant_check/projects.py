@@ -20,6 +20,7 @@ from typing import Any
 
 from .config import Config, has_table, load_config
 from .globs import PathGlobs
+from .options import LintOptions, Selection  # noqa: F401  (Selection: for library callers)
 from .types import FileError, Finding
 
 
@@ -94,41 +95,6 @@ class ProjectIndex:
 
 
 @dataclass
-class Selection:
-    """The command line's rule selection; None/empty: the configuration's."""
-
-    select: list[str] | None = None
-    extend_select: list[str] = field(default_factory=list)
-    ignore: list[str] = field(default_factory=list)
-    warn_unused_ignores: bool = False
-
-    def codes(self, cfg: Config) -> list[str]:
-        """--select replaces the configuration's select and extend-select; ignores add up and
-        win; IC901 is on unless ignored; --warn-unused-ignores is --extend-select IC900."""
-        from .registry import always_codes, default_codes
-
-        if self.select is not None:
-            chosen = list(self.select)
-        else:
-            chosen = (cfg.select if cfg.select is not None else default_codes()) + cfg.extend_select
-        chosen += self.extend_select + always_codes()
-        if self.warn_unused_ignores:
-            chosen.append("IC900")
-        dropped = set(cfg.ignore) | set(self.ignore)
-        return [c for c in dict.fromkeys(chosen) if c not in dropped]
-
-
-@dataclass
-class RunSettings:
-    selection: Selection
-    jobs: int | None = None
-    cache: bool = True
-    cache_dir: Path | None = None  # overrides every project's
-    prefilter: bool = True
-    python: str | None = None  # --python: overrides every project's `python`
-
-
-@dataclass
 class RunResult:
     findings: list[Finding] = field(default_factory=list)
     errors: list[FileError] = field(default_factory=list)
@@ -145,15 +111,17 @@ class RunResult:
 
 def lint_projects(
     projects: list[Project],
-    settings: RunSettings,
+    options: LintOptions,
     *,
-    cwd: Path,
     sources: dict[Path, bytes] | None = None,
 ) -> RunResult:
+    """One engine per project with files, under that project's configuration and the run's
+    options; the results merged."""
     from .analysis.environment import Environment, UnusableEnvironment
     from .cache import Cache, config_key
     from .config import ConfigError
     from .engine import Engine
+    from .linewrap import line_length
     from .registry import all_rules, emitted_by_engine
     from .suppressions import SYNTAX_VERSION
 
@@ -164,38 +132,40 @@ def lint_projects(
         if not project.files:
             continue
         cfg = project.config
-        python = settings.python or cfg.python
+        python = options.python or cfg.python
         env_key = (python, tuple(cfg.extra_paths))
         env = environments.get(env_key)
         if env is None:
             try:
                 env = environments[env_key] = Environment.of(python, cfg.extra_paths)
             except UnusableEnvironment as exc:
-                where = f"--python {python}" if settings.python else f"{cfg.source}: [tool.invariant-check] python"
+                where = f"--python {python}" if options.python else f"{cfg.source}: [tool.invariant-check] python"
                 raise ConfigError(f"{where}: {exc}") from None
-        rules = [all_rules()[c] for c in settings.selection.codes(cfg)]
+        rules = [all_rules()[c] for c in options.selection.codes(cfg)]
         for r in rules:
             enabled[r.CODE] = r
-        options = {r.CODE: cfg.rule_options(r.CODE) for r in rules}
+        rule_options = {r.CODE: cfg.rule_options(r.CODE) for r in rules}
         cache = None
-        if settings.cache:
-            directory = settings.cache_dir or cfg.cache_dir or (cfg.root / ".invariant-check-cache")
+        if options.cache:
+            directory = options.cache_dir or cfg.cache_dir or (cfg.root / ".invariant-check-cache")
             # the engine-emitted rules change no cached result: toggling IC900 keeps the cache
             analysis = [r.CODE for r in rules if not emitted_by_engine(r)]
             key = config_key(
-                analysis, {c: options[c] for c in analysis}, {"suppressions": SYNTAX_VERSION, "environment": env.fingerprint()}
+                analysis, {c: rule_options[c] for c in analysis}, {"suppressions": SYNTAX_VERSION, "environment": env.fingerprint(),
+                 # hints are wrapped to the project's formatter line length (linewrap)
+                 "line_length": line_length(str(cfg.root))}
             )
             cache = Cache(Path(directory), key)
             cache.load()
         engine = Engine(
             rules,
-            options,
-            prefilter=settings.prefilter,
-            jobs=settings.jobs or cfg.jobs,
+            rule_options,
+            prefilter=options.prefilter,
+            jobs=options.jobs or cfg.jobs,
             cache=cache,
             per_file_ignores=cfg.per_file_ignores,
             root=cfg.root,
-            cwd=cwd,
+            cwd=options.cwd,
             listing=project.listing,
             environment=env,
         )
@@ -238,3 +208,72 @@ def group(found_files: list[tuple[Path, Project]], index: ProjectIndex) -> list[
     for path, project in found_files:
         project.files.append(path)
     return [p for p in index.order if p.files]
+
+
+def lint_run(options: LintOptions, index: ProjectIndex, data: bytes | None = None,
+             sources: dict[Path, bytes] | None = None) -> tuple[RunResult, dict[str, bytes]]:
+    """The whole lint of one run: the paths of `options` (or standard input's `data`), found,
+    grouped into projects and linted. `sources`: files' bytes to lint instead of the disk's
+    (`--fix` relints its fixed files). Returns the result and, for standard input, the shown
+    path -> the bytes linted."""
+    if options.use_stdin:
+        given = (sources or {}).get(options.stdin_path, data)
+        return _lint_stdin(given, options, index)
+    return _lint_paths(options, index, sources), {}
+
+
+def _lint_paths(options: LintOptions, index: ProjectIndex, sources=None) -> RunResult:
+    from .config_checks import unmatched_per_file_ignores
+    from .discovery import discover
+
+    paths = list(options.paths)
+    cli_exclude = PathGlobs(options.exclude, options.cwd)
+    found = discover(paths, scope_for=index.for_folder, exclude=cli_exclude,
+                     respect_gitignore=options.respect_gitignore, cwd=options.cwd)
+    projects = group(found.files, index)
+    for project in projects:
+        project.listing = _listing(project, index, options, cli_exclude, found)
+    result = lint_projects(projects, options, sources=sources)
+    result.warnings.extend(unmatched_per_file_ignores(projects, paths, options.cwd))
+    result.errors.extend(found.errors)
+    result.errors.sort(key=lambda e: (e.path, e.line or 0))  # one order, wherever they arose
+    # a path that does not exist was never a file to check; one that cannot be read was
+    result.files_seen += len(found.errors) - found.not_found
+    result.paths_not_found = found.not_found
+    if not result.files_seen and not found.errors:
+        # (ruff warns too) an empty folder, a path of no Python file, or every file excluded
+        where = ", ".join(paths)
+        result.warnings.append(f"no Python file found in {where} (excluded files, folders and .gitignore'd ones are skipped)")
+    return result
+
+
+def _listing(project: Project, index: ProjectIndex, options: LintOptions, cli_exclude: PathGlobs, known=None):
+    """Every Python file of a project, found as discovery finds them (lazily: only a
+    project-wide question asks). Folders the command line's discovery walked are not walked
+    again."""
+    from .discovery import discover
+
+    def listing():
+        found = discover([str(project.config.root)], scope_for=index.for_folder, exclude=cli_exclude,
+                         respect_gitignore=options.respect_gitignore, cwd=options.cwd, known=known)
+        return [p for p, scope in found.files if scope is project]
+
+    return listing
+
+
+def _lint_stdin(data: bytes, options: LintOptions, index: ProjectIndex) -> tuple[RunResult, dict[str, bytes]]:
+    """Standard input linted as the file it names; the rest of its project is read from disk
+    for the cross-file facts (base classes, helpers), but only the buffer is reported."""
+    from .discovery import display_path
+
+    path = options.stdin_path
+    project = index.for_folder(str(path.parent))
+    # only the buffer is linted; the project model reads the rest of the project as needed
+    project.files = [path]
+    project.listing = _listing(project, index, options, PathGlobs(options.exclude, options.cwd))
+    result = lint_projects([project], options, sources={path: data})
+    shown = display_path(path, options.cwd)
+    result.findings = [f for f in result.findings if f.path == shown]
+    result.errors = [e for e in result.errors if e.path == shown or e.path.startswith("<rule ")]
+    result.files_seen = 1
+    return result, {shown: data}

@@ -66,7 +66,8 @@ class UnusedBaselineEntry(Rule):
     CODE = "IC902"
     NAME = "unused-baseline-entry"
     SUMMARY = "A baseline entry that matches no finding any more (only with a baseline)."
-    HINT = "Remove the entry: rerun `invariant-check lint --write-baseline FILE` over the same paths."
+    # `{baseline}`: the baseline file in use, as the finding shows it (filled in by the engine)
+    HINT = "Remove the entry: rerun `invariant-check lint --write-baseline {baseline}` over the same paths."
     # Reported while a baseline is applied; it never visits syntax trees.
     EMITTED_BY_ENGINE = True
     TRIGGERS = ()

@@ -292,7 +292,8 @@ def summarize(records: Iterable[dict[str, Any]], bad_lines: list[str] | None = N
 
 # ---- where to read more about a violation (printed by `invariant-check report`) ----
 
-_IC004 = "IC004 (invariant-check explain IC004; docs/rules/IC004-stale-derived-metadata.md)"
+# a command every installed user has, not a file of the checkout
+_IC004 = "IC004 (run `invariant-check explain IC004`)"
 SEE_ALSO: dict[tuple[str, str], tuple[str, ...]] = {
     ("metadata-coherence", "max-seq-len"): (_IC004,),
     ("metadata-coherence", "seq-lens-upper-bound"): (

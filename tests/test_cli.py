@@ -424,8 +424,10 @@ def test_explain(tmp_path):
     assert run.code == 0
     assert run.out.startswith(f"# {RULE} {rule.NAME}")
     assert "## What it does" in run.out and "```python" in run.out
-    # the tested examples are printed
-    assert rule.INVALID[0].code.strip().splitlines()[0] in run.out
+    # the tested examples are behind --examples
+    first = rule.INVALID[0].code.strip().splitlines()[0]
+    assert f"explain {RULE} --examples" in run.out
+    assert first in run_cli("explain", RULE, "--examples", cwd=tmp_path).out
     assert run_cli("explain", rule.NAME, cwd=tmp_path).out == run.out
     bad = run_cli("explain", "IC999", cwd=tmp_path)
     assert bad.code == 2 and "IC999" in bad.err

@@ -241,3 +241,88 @@ def test_the_installed_vllm_answers(tmp_path):
     assert "max_seq_len" in finding["data"]["stale_fields"]
     how = _outside(run.err)["vllm.v1.attention.backends.utils"]
     assert how == f"environment ({Path(spec.origin).parent / 'v1/attention/backends/utils.py'})"
+
+
+# A plugin that imports vLLM's metadata class through a module vLLM 0.32.0 does not have (it
+# is in the bundled models, from vLLM 0.13.0): that model's own `from vllm.v1.attention.backends.utils
+# import ...` must then be answered by the environment's vLLM, which has the module.
+PLUGIN_VIA_OLD_MODULE = PLUGIN.replace(
+    "from vllm.v1.attention.backends.utils import", "from vllm.attention.layers.chunked_local_attention import"
+)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
+def test_a_bundled_models_import_is_answered_by_the_environment_first(tmp_path):
+    spec = importlib.util.find_spec("vllm")
+    installed = Path(spec.origin).parent
+    assert not (installed / "attention/layers/chunked_local_attention.py").exists()  # the premise
+    root = tmp_path / "plugin"
+    _write(root, {"vllm_npu/__init__.py": "", "vllm_npu/proposer.py": PLUGIN_VIA_OLD_MODULE})
+    run = run_cli("lint", "--no-cache", "-v", "--python", sys.executable, "--format", "json", ".", cwd=root)
+    assert_no_traceback(run)
+    outside = _outside(run.err)
+    assert outside["vllm.attention.layers.chunked_local_attention"].startswith("bundled model (vllm ")
+    assert outside["vllm.v1.attention.backends.utils"] == f"environment ({installed / 'v1/attention/backends/utils.py'})"
+    assert not [n for n, how in outside.items() if how.startswith("bundled") and n != "vllm.attention.layers.chunked_local_attention"]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here")
+def test_no_import_of_any_bundled_model_is_answered_by_a_model_the_environment_has(tmp_path):
+    """Every import in every bundled model that the environment (the installed vLLM) lacks,
+    resolved as the linter resolves it: none lands on a bundled model of a module the
+    environment has."""
+    import ast
+
+    from invariant_check.analysis.environment import MODELS, Environment
+    from invariant_check.analysis.project import Project
+
+    env = Environment.of(sys.executable)
+    project = Project(tmp_path, environment=env)
+    wrong, checked = [], 0
+    for path in sorted(MODELS.rglob("*.py")):
+        name = ".".join(path.relative_to(MODELS).with_suffix("").parts).removesuffix(".__init__")
+        module = project.find_module(name)
+        if module is None or module.origin != "bundled":
+            continue
+        for node in ast.walk(ast.parse(module.data)):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            if isinstance(node, ast.Import):
+                targets = [project.find_module(a.name, module) for a in node.names]
+            elif node.level:
+                targets = [project.relative_module(module, node.level, node.module or "")]
+            else:
+                targets = [project.find_module(node.module, module)]
+            for target in targets:
+                if target is None:
+                    continue
+                checked += 1
+                if target.origin == "bundled" and any(
+                    origin == "environment" and c.is_file() for origin, c in env.candidates(target.name)
+                ):
+                    wrong.append(f"{name} -> {target.name}")
+    assert checked > 100
+    assert wrong == []
+
+
+def test_a_bundled_models_relative_import_goes_through_the_order(tmp_path):
+    """`from .b import X` inside a bundled model is the import of `pkg.b`: the environment's
+    `pkg.b` answers before the model's."""
+    from invariant_check.analysis.environment import Environment
+    from invariant_check.analysis.project import Project
+
+    models, site = tmp_path / "models", tmp_path / "site"
+    _write(models, {"pkg/__init__.py": "", "pkg/a.py": "from .b import X\n", "pkg/b.py": "X = 1\n",
+                    "pkg/sub/__init__.py": "from .. import b\n"})
+    _write(site, {"pkg/__init__.py": "", "pkg/b.py": "X = 2\n"})
+    env = Environment(paths=(site,), models=models)
+    project = Project(tmp_path / "proj", environment=env)
+    a = project.find_module("pkg.a")
+    assert a.origin == "bundled"
+    b = project.relative_module(a, 1, "b")
+    assert (b.origin, b.path) == ("environment", site / "pkg" / "b.py")
+    sub = project.find_module("pkg.sub")
+    assert sub.origin == "bundled"
+    assert project.relative_module(sub, 2, "b").path == site / "pkg" / "b.py"
+    assert project.relative_module(sub, 2, "").path == site / "pkg" / "__init__.py"
+    assert project.relative_module(a, 3, "b") is None  # above the top package

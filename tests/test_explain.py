@@ -33,7 +33,7 @@ def test_piped_it_is_the_markdown_page_unchanged(tmp_path):
 
 @pytest.mark.parametrize("code", list(all_rules()))
 def test_rendered_pages_fit_the_width_and_keep_code_as_written(tmp_path, code):
-    run = run_cli("explain", code, "--format", "terminal", cwd=tmp_path, env=clean_env(COLUMNS="72"))
+    run = run_cli("explain", code, "--examples", "--format", "terminal", cwd=tmp_path, env=clean_env(COLUMNS="72"))
     assert run.code == 0 and not ANSI.search(run.out)  # not a terminal: no colour
     lines = run.out.splitlines()
     assert not any(re.match(r"#{1,6} |```", l) for l in lines)
@@ -41,7 +41,7 @@ def test_rendered_pages_fit_the_width_and_keep_code_as_written(tmp_path, code):
     too_wide = [l for l in lines if len(l) > 71 and l not in code_lines]
     assert too_wide == []
     # every example's code is there, indented, line for line
-    for ex in all_rules()[code].INVALID[:3]:
+    for ex in all_rules()[code].INVALID:
         for src in ex.code.strip("\n").splitlines():
             assert f"    {src}".rstrip() in lines
     assert lines[1] == "=" * len(lines[0])  # the title, underlined
@@ -148,3 +148,31 @@ def test_no_color_on_a_terminal(pager):
     script, _ = pager
     shown = _on_a_terminal(["explain", "IC001", "--no-pager"], rows=24, cols=80, NO_COLOR="1", PAGER=script)
     assert not ANSI.search(shown) and "What it does\n------------" in shown
+
+
+@pytest.mark.parametrize("code", list(all_rules()))
+def test_the_default_page_is_what_a_user_reads_and_points_at_the_examples(tmp_path, code):
+    """What it finds, why, an example and its repair, the fix and the options; no tested
+    examples (they are behind --examples), and a pointer to them."""
+    rule = all_rules()[code]
+    run = run_cli("explain", code, cwd=tmp_path)
+    assert run.code == 0, run.err
+    headings = re.findall(r"^## (.+)$", run.out, re.M)
+    assert headings == ["What it does", "Why is this bad?", "Example", "Use instead", "Fix", "Options", "More"]
+    assert f"`invariant-check explain {code} --examples`" in run.out
+    assert f"{len(rule.INVALID)} flagged" in run.out
+    assert "tested examples)" not in "\n".join(f"## {h}" for h in headings)
+    assert len(run.out.splitlines()) < 130
+    # the long sections it leaves out are named, and are on the whole page
+    full = run_cli("explain", code, "--examples", cwd=tmp_path).out
+    for heading in re.findall(r"^## (.+)$", full, re.M):
+        assert heading in headings or f"*{heading}*" in run.out or "tested examples" in heading or heading.startswith(("The fix", "Option defaults"))
+    assert full == markdown(rule, examples=True)
+    for ex in rule.VALID + rule.INVALID:
+        assert ex.code.strip("\n") in full
+    # a module that stands beside several examples is printed once, then named
+    beside = {(n, c.strip("\n")) for ex in rule.VALID + rule.INVALID for n, c in ex.files.items()}
+    for name, code in beside:
+        if code:  # (an empty `__init__.py` is only named)
+            as_examples = sum(ex.code.strip("\n") == code for ex in rule.VALID + rule.INVALID)
+            assert full.count("\n" + code + "\n```") == 1 + as_examples, name

@@ -190,8 +190,11 @@ def test_text_summary_wording():
     assert one.splitlines()[-2] == "Found 1 finding in 1 file (1 file checked)."
     two = render("text", _result([_finding(), _finding(path="b.py")], [FileError("c.py", "x")]), rules)
     assert two.splitlines()[-2] == "Found 2 findings in 2 files; 1 file could not be linted (3 files checked)."
-    clean = render("text", _result(), rules)
-    assert clean == "All checks passed (0 files checked).\n"
+    clean = _result()
+    clean.files_seen = 4
+    assert render("text", clean, rules) == "All checks passed (4 files checked).\n"
+    # nothing to check is not "all checks passed"
+    assert render("text", _result(), rules) == "No Python file found (0 files checked).\n"
 
 
 def test_text_ends_with_a_pointer_to_explain():

@@ -166,14 +166,26 @@ def _ask(python: str) -> dict:
     except subprocess.TimeoutExpired:
         raise UnusableEnvironment("it did not answer within 60 s") from None
     if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["exit status %d" % done.returncode])[-1]
-        raise UnusableEnvironment(f"not a working Python interpreter ({last})")
+        raise UnusableEnvironment(f"not a working Python interpreter ({_why(done.stderr, done.returncode)})")
     try:
         info = json.loads(done.stdout.strip().splitlines()[-1])
         assert isinstance(info.get("path"), list)
     except (ValueError, IndexError, AssertionError, AttributeError):
         raise UnusableEnvironment("unexpected answer to the import-path query") from None
+    version = str(info.get("version") or "")
+    if not version[:1].isdigit() or int(version.split(".")[0]) < 3:
+        raise UnusableEnvironment(f"Python {version or '(unknown version)'}: imports are read from a Python 3 environment only")
     return info
+
+
+def _why(stderr: str, status: int) -> str:
+    """What a failed run said, in one line: a traceback's last line (the exception), else the
+    first line (`pyenv: python2: command not found`, a shell's `No such file`), whitespace
+    collapsed; with the exit status."""
+    lines = [" ".join(l.split()) for l in stderr.splitlines() if l.strip()]
+    said = (lines[-1] if any(l.startswith("Traceback") for l in lines) else lines[0]) if lines else ""
+    said = said if len(said) <= 200 else said[:197] + "..."
+    return f"exit status {status}: {said}" if said else f"exit status {status}"
 
 
 def _import_path(raw: list[str], stdlib: list[str]) -> tuple[Path, ...]:

@@ -753,8 +753,13 @@ class Project:
 
     def roots_for(self, near: "Module | None") -> tuple[Path, ...]:
         """Where absolute imports of a module are looked up: its own package's root, then the
-        project root and its `src` folder. Never what happens to be linted in this run."""
-        roots = [self.source_root(near.path)] if near is not None else []
+        project root and its `src` folder. Never what happens to be linted in this run.
+
+        A module from outside the project (extra-paths, the environment, a bundled model) gets
+        no root of its own: its imports go through the documented order like any other, so a
+        bundled model's `import vllm.x` is answered by the environment's `vllm.x` when it has
+        one, never by the model beside it."""
+        roots = [self.source_root(near.path)] if near is not None and near.origin == "project" else []
         for extra in (self.root, self.root / "src"):
             if extra not in roots:
                 roots.append(extra)
@@ -805,8 +810,9 @@ class Project:
             for root in roots:
                 for candidate in (root / rel.with_suffix(".py"), root / rel / "__init__.py"):
                     if self._exists(candidate):
-                        # an outside module's own package is looked up beside it first
-                        hit = (self.env.origin(candidate) or "project", candidate)
+                        # the project's own, even where the environment's import path also
+                        # holds it (`python -m` puts the current folder there)
+                        hit = ("project", candidate)
                         break
                 if hit:
                     break
@@ -823,6 +829,15 @@ class Project:
         return self.module_at(hit[1], name=name, origin=hit[0]) if hit is not None else None
 
     def relative_module(self, module: Module, level: int, name: str) -> Module | None:
+        if module.origin != "project":
+            # an outside module's `from .x import y` is the absolute import of its package's
+            # `x`, looked up in the documented order (the environment's before a bundled model)
+            package = module.name.split(".") if module.is_package else module.name.split(".")[:-1]
+            if level - 1 > len(package) or (level - 1 == len(package) and not name):
+                return None
+            base = package[: len(package) - (level - 1)]
+            dotted = ".".join([*base, *([name] if name else [])])
+            return self.find_module(dotted, module, probe=True) if dotted else None
         folder = module.path.parent
         for _ in range(level - 1):
             folder = folder.parent
@@ -830,7 +845,7 @@ class Project:
         candidates = [folder / "__init__.py"] if rel is None else [folder / rel.with_suffix(".py"), folder / rel / "__init__.py"]
         for candidate in candidates:
             if self._exists(candidate):
-                return self.module_at(candidate, origin=self.env.origin(candidate) or "project")
+                return self.module_at(candidate, origin="project")
         return None
 
     def list_files(self) -> list[Path]:

@@ -75,6 +75,20 @@ def _fix(f) -> dict:
     }
 
 
+def _notification(e) -> dict:
+    """A file that could not be linted, as a tool execution notification (the place SARIF has
+    for what kept the tool from doing its job)."""
+    where: dict = {"artifactLocation": _uri(e.path)}
+    if e.line:
+        where["region"] = {"startLine": e.line, **({"startColumn": e.column} if e.column else {})}
+    return {
+        "level": "error",
+        "message": {"text": f"{e.path}: {e.message}"},
+        "descriptor": {"id": "file-not-linted"},
+        "locations": [{"physicalLocation": where}],
+    }
+
+
 def render(result, rules, **_) -> str:
     from ..registry import all_rules
 
@@ -116,16 +130,7 @@ def render(result, rules, **_) -> str:
             # the same object as the JSON format's `data`
             res["properties"] = f.data
         results.append(res)
-    notifications = [
-        {
-            "level": "error",
-            "message": {"text": e.message},
-            "locations": [
-                {"physicalLocation": {"artifactLocation": _uri(e.path)}}
-            ],
-        }
-        for e in result.errors
-    ]
+    notifications = [_notification(e) for e in result.errors]
     doc = {
         "$schema": SCHEMA,
         "version": "2.1.0",

@@ -98,7 +98,9 @@ def render(
     if fixed:
         parts = [p[:1].lower() + p[1:] for p in parts] or ["none left"]
         parts.insert(0, f"Fixed {len(fixed)} finding{'s' * (len(fixed) != 1)}")
-    if not parts:
+    if not parts and not result.files_seen:
+        out.append("No Python file found (0 files checked).")
+    elif not parts:
         out.append(f"All checks passed ({checked}).")
     else:
         out.append("; ".join(parts) + f" ({checked}).")

@@ -73,7 +73,8 @@ def test_report_points_a_stale_upper_bound_to_ic004_and_the_findings(tmp_path):
     lines = res.output.splitlines()
     at = next(i for i, line in enumerate(lines) if "metadata-coherence/seq-lens-upper-bound" in line)
     see = [line for line in lines[at + 2 : at + 4] if line.strip().startswith("see ")]
-    assert any("IC004" in line and "docs/rules/IC004-stale-derived-metadata.md" in line for line in see)
+    assert any("IC004" in line and "`invariant-check explain IC004`" in line for line in see)
+    assert not any("docs/rules/" in line for line in see)  # a file an installed user does not have
     assert any("docs/findings.md" in line for line in see)
     # an invariant with no rule behind it gets no pointer
     at = next(i for i, line in enumerate(lines) if "topk-layout/reuse-before-compaction" in line)
@@ -85,6 +86,7 @@ def test_report_points_a_stale_upper_bound_to_ic004_and_the_findings(tmp_path):
 
 
 def test_the_pages_the_report_points_to_exist():
+    from invariant_check.registry import all_rules
     from invariant_check.runtime_guards.reporting import SEE_ALSO
 
     root = Path(__file__).resolve().parents[2]
@@ -92,6 +94,8 @@ def test_the_pages_the_report_points_to_exist():
         for pointer in pointers:
             for path in re.findall(r"docs/[\w/.-]+\.md", pointer):
                 assert (root / path).is_file(), path
+            for code in re.findall(r"invariant-check explain (\w+)", pointer):
+                assert code in all_rules(), code
 
 
 def test_report_exits_0_when_clean_and_2_on_a_bad_dir(tmp_path):
