@@ -49,3 +49,31 @@ def copy_project() -> Callable[[Path], Path]:
         return dest
 
     return copy
+
+
+CORPUS = ROOT.parent / "shared" / "corpus"
+
+
+@pytest.fixture(scope="session")
+def release_tree(tmp_path_factory) -> Callable[[str], Path]:
+    """`release_tree("vllm-0.24.0")` is the folder holding that release's `vllm/` package,
+    unpacked once per session from `../shared/corpus/vllm-0.24.0.tar.xz` (beside the checkout;
+    CI has it). A test that calls it skips, saying so, where the tarball is absent."""
+    import tarfile
+
+    base = tmp_path_factory.mktemp("corpus")
+    unpacked: dict[str, Path] = {}
+
+    def tree(release: str) -> Path:
+        if release not in unpacked:
+            tarball = CORPUS / f"{release}.tar.xz"
+            if not tarball.is_file():
+                pytest.skip(f"needs the vLLM release corpus: {tarball} is absent")
+            with tarfile.open(tarball) as tar:
+                # the "data" filter where this Python has it (3.10.12+): no links out, no devices
+                tar.extractall(base, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            unpacked[release] = base / release
+        return unpacked[release]
+
+    return tree
+
