@@ -51,14 +51,17 @@ def copy_project() -> Callable[[Path], Path]:
     return copy
 
 
-CORPUS = ROOT.parent / "shared" / "corpus"
+def _corpus() -> Path:
+    from ic_support import corpus_dir  # tests/fixtures, on pytest's pythonpath
+
+    return corpus_dir()
 
 
 @pytest.fixture(scope="session")
 def release_tree(tmp_path_factory) -> Callable[[str], Path]:
     """`release_tree("vllm-0.24.0")` is the folder holding that release's `vllm/` package,
-    unpacked once per session from `../shared/corpus/vllm-0.24.0.tar.xz` (beside the checkout;
-    CI has it). A test that calls it skips, saying so, where the tarball is absent."""
+    unpacked once per session from `../shared/corpus/vllm-0.24.0.tar.xz` (beside the checkout
+    or a folder above it; CI has it). A test that calls it skips, saying so, where the tarball is absent."""
     import tarfile
 
     base = tmp_path_factory.mktemp("corpus")
@@ -66,7 +69,7 @@ def release_tree(tmp_path_factory) -> Callable[[str], Path]:
 
     def tree(release: str) -> Path:
         if release not in unpacked:
-            tarball = CORPUS / f"{release}.tar.xz"
+            tarball = _corpus() / f"{release}.tar.xz"
             if not tarball.is_file():
                 pytest.skip(f"needs the vLLM release corpus: {tarball} is absent")
             with tarfile.open(tarball) as tar:

@@ -10,12 +10,11 @@ corpus is absent (CI has it).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from ic_support import clean_env, run_cli
+from ic_support import clean_env, corpus_dir, run_cli
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus"
+CORPUS = corpus_dir()
 
 RELEASES = sorted(p.name[: -len(".tar.xz")] for p in CORPUS.glob("vllm-*.tar.xz")) if CORPUS.is_dir() else []
 

@@ -152,3 +152,20 @@ def test_the_injected_fault_is_all_that_fails(tmp_path):
     doc = json.loads(run.out)
     assert doc["errors"] == []
     assert sorted((f["rule"], f["line"]) for f in doc["findings"]) == [("IC003", 17), ("IC004", 7), ("IC004", 13)]
+
+
+def test_sarif_names_the_failing_rule_and_the_definitions_line(tmp_path):
+    import jsonschema
+
+    root = _project(tmp_path)
+    run = run_cli("lint", "--no-cache", "--format", "sarif", "pkg", cwd=root, env=clean_env(), launcher=root / "launch.py")
+    assert run.code == 2, run.err
+    doc = json.loads(run.out)
+    schema = json.loads((Path(__file__).parent / "sarif" / "sarif-schema-2.1.0.json").read_text())
+    jsonschema.validators.validator_for(schema)(schema).validate(doc)
+    (invocation,) = doc["runs"][0]["invocations"]
+    assert invocation["executionSuccessful"] is False
+    (note,) = invocation["toolExecutionNotifications"]
+    assert note["associatedRule"] == {"id": "IC004"}
+    assert note["locations"][0]["physicalLocation"]["region"] == {"startLine": 11, "startColumn": 1}
+    assert sorted(r["ruleId"] for r in doc["runs"][0]["results"]) == ["IC003", "IC004"]
