@@ -175,7 +175,6 @@ def test_no_rule_raises_on_projects_of_the_shapes_the_rules_read():
 # files of the releases that hold the shapes the rules read (the known sites and their kin)
 RELEASE_FILES = [
     ("vllm-0.13.0", "vllm/v1/spec_decode/eagle.py"),
-    ("vllm-0.18.0", "vllm/v1/spec_decode/eagle.py"),
     ("vllm-0.24.0", "vllm/v1/spec_decode/llm_base_proposer.py"),
     ("vllm-0.24.0", "vllm/model_executor/models/deepseek_mtp.py"),
     ("vllm-0.25.0", "vllm/v1/spec_decode/llm_base_proposer.py"),
@@ -193,7 +192,7 @@ def release_sources(release_tree) -> list[str]:
 
 
 def test_no_rule_raises_on_mutated_release_sources(release_sources):
-    @settings(FUZZ, max_examples=10)
+    @settings(FUZZ, max_examples=8)
     @given(index=st.integers(0, len(release_sources) - 1), steps=st.lists(st.sampled_from(REWRITES), min_size=1, max_size=2))
     def check(index, steps):
         files = {M.MAIN: release_sources[index], "context.py": M._read("context"), DM.SUPPORT: (DM.HERE / "draft_metadata.py.txt").read_text()}
