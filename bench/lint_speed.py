@@ -557,7 +557,7 @@ def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> Non
         wrap(A, "_pick", "pick: outline, needs on each definition")
         wrap(P.Module, "statements", "parse (ast), also of other modules")
         wrap(P.Module, "chunk_facts", "facts of definitions")
-        wrap(A, "_run_all", "rules (their queries, with what they parse)")
+        wrap(A, "_checked", "rules (their queries, with what they parse)")
         wrap(E, "finalize", "finalize: suppressions")
         t3 = time.perf_counter()
         try:

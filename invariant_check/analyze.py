@@ -1,13 +1,17 @@
 """Stages 2-4 for one file: pick the definitions each rule needs (from the outline, without
 parsing), parse those, run the rules over the project model, turn reports into candidates.
 
-Never raises: a file that cannot be decoded or parsed is an error of that file; a rule that
-raises is an error of that rule in that file, and the other rules still report there.
+Never raises: a file that cannot be decoded or parsed is an error of that file. A rule that
+raises while checking a definition is an error of that rule at that definition's line (its
+traceback on stderr with INVARIANT_CHECK_DEBUG=1); its findings on the file's other
+definitions and the other rules' findings still count.
 """
 
 from __future__ import annotations
 
 import ast
+import sys
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
@@ -102,23 +106,48 @@ def _analyze(ctx: Context, module: Module, rec: ScanRecord, plan: Plan, out: Out
             out.parsed = False
             return
         picks = _pick(module, rules, plan)
-    failed: list[str] = []
+    failed = _Failures(module, rec.shown)
     for rule in rules:
         if not picks.get(rule.CODE):
             continue  # nothing of this file can hold its finding
-        try:
-            reports = _run_all(ctx, module, rule, picks.get(rule.CODE, ()))
-        except RecursionError:
-            failed.append(f"{rule.CODE}: nesting too deep")
-            continue
-        except Exception as exc:  # a bug in one rule must not silence the others
-            failed.append(f"{rule.CODE}: {_one_line(exc)}")
-            continue
-        for rep, root, view in reports:
+        for rep, root, view in _run(ctx, module, rule, picks.get(rule.CODE, ()), failed):
             fix = _fix_of(rule, rep, view, failed)
             out.candidates.append(_candidate(module, rule, rep, root, rec.shown, fix))
-    if failed:
-        out.errors.append(FileError(rec.shown, "internal error in a rule: " + "; ".join(failed)))
+    out.errors.extend(failed.errors)
+
+
+class _Failures:
+    """The internal errors of the rules in one file: one per rule and definition, at the
+    definition's line (a fix builder's at its finding's line), named by rule, file and line.
+    With INVARIANT_CHECK_DEBUG set, each one's traceback goes to stderr as it happens."""
+
+    def __init__(self, module: Module, shown: str) -> None:
+        self.module = module
+        self.shown = shown
+        self.errors: list[FileError] = []
+
+    def add(self, rule: Rule, node: ast.AST | None, what: str, exc: BaseException) -> None:
+        line = getattr(node, "lineno", None) or 1
+        try:
+            column = self.module.source.column(line, getattr(node, "col_offset", 0) or 0)
+        except Exception:  # a line the source does not have (a rule's odd node): its start
+            column = 1
+        why = "nesting too deep" if isinstance(exc, RecursionError) else _one_line(exc)
+        message = f"internal error in {rule.CODE} ({rule.NAME}) {what}: {why}"
+        self.errors.append(FileError(self.shown, message, line, column, rule.CODE))
+        if _debug():
+            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+            sys.stderr.write(f"invariant-check: {self.shown}:{line}:{column}: {message}\n{tb}")
+            sys.stderr.flush()
+
+
+def _debug() -> bool:
+    from .envvars import EnvError, get
+
+    try:
+        return bool(get("INVARIANT_CHECK_DEBUG"))
+    except EnvError:  # the command line warns about the value once
+        return False
 
 
 # -- picking definitions ---------------------------------------------------------------------
@@ -175,10 +204,6 @@ def _chunks_of(picks: dict[str, list[_Pick]]) -> list[Chunk]:
     return [seen[k] for k in sorted(seen)]
 
 
-def _run_all(ctx: Context, module: Module, rule: Rule, picks) -> list:
-    return list(_run(ctx, module, rule, picks))
-
-
 def module_code(module: Module) -> ast.Module:
     """A module's top-level statements (not the bodies of its definitions), in order."""
     stmts: list[ast.stmt] = []
@@ -189,13 +214,24 @@ def module_code(module: Module) -> ast.Module:
     return ast.Module(body=stmts, type_ignores=[])
 
 
-def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> Iterator[tuple[Report, ast.AST, Any]]:
+def _checked(rule: Rule, check, view: Any, node: ast.AST, what: str, failed: _Failures) -> list[Report]:
+    """The reports of one rule on one definition; a rule that raises there reports nothing
+    there, and its failure is noted at the definition's line."""
+    try:
+        return list(check(view))
+    except (Exception, RecursionError) as exc:  # a bug in one rule must not silence the others
+        failed.add(rule, node, what, exc)
+        return []
+
+
+def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick], failed: _Failures) -> Iterator[tuple[Report, ast.AST, Any]]:
     for pick in picks:
         if pick.kind == "module":
             if rule.SCOPE != "class":
                 node = module_code(module)
                 view = FunctionView(ctx, module, node, MODULE_CODE)
-                for rep in rule.check_function(view):
+                at = node.body[0] if node.body else None
+                for rep in _checked(rule, rule.check_function, view, at, "checking the module's top-level code", failed):
                     yield rep, node, view
             continue
         chunk = pick.chunk
@@ -219,18 +255,18 @@ def _run(ctx: Context, module: Module, rule: Rule, picks: Iterable[_Pick]) -> It
                     if info is None:
                         continue
                     cview = ClassView(ctx, module, node, info)
-                    for rep in rule.check_class(cview):
+                    for rep in _checked(rule, rule.check_class, cview, node, f"checking class `{qual}`", failed):
                         yield rep, root, cview
                 elif rule.SCOPE != "class":
                     view = FunctionView(ctx, module, node, qual)
-                    for rep in rule.check_function(view):
+                    for rep in _checked(rule, rule.check_function, view, node, f"checking `{qual}`", failed):
                         yield rep, root, view
 
 
 # -- reports to candidates ------------------------------------------------------------------
 
 
-def _fix_of(rule: Rule, rep: Report, view: Any, failed: list[str]) -> Fix | None:
+def _fix_of(rule: Rule, rep: Report, view: Any, failed: _Failures) -> Fix | None:
     """The rule's repair of what it reported, checked for shape; a fix builder that fails
     costs the finding its fix, never the finding. A file that does not parse as a whole (the
     engine parses only the definitions the rules need) gets no fix: a fix must leave a file
@@ -242,7 +278,7 @@ def _fix_of(rule: Rule, rep: Report, view: Any, failed: list[str]) -> Fix | None
     except RecursionError:
         return None
     except Exception as exc:
-        failed.append(f"{rule.CODE} fix: {_one_line(exc)}")
+        failed.add(rule, rep.node, "building the fix of its finding", exc)
         return None
     if fix is None:
         return None
@@ -253,7 +289,7 @@ def _fix_of(rule: Rule, rep: Report, view: Any, failed: list[str]) -> Fix | None
         or any(e.end < e.start or e.line < 1 or e.end_line > lines + 1 for e in fix.edits)
         or any(overlapping(a, b) for i, a in enumerate(fix.edits) for b in fix.edits[i + 1 :])
     ):
-        failed.append(f"{rule.CODE} fix: malformed edits")
+        failed.add(rule, rep.node, "building the fix of its finding", ValueError("malformed edits"))
         return None
     return fix
 

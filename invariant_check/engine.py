@@ -32,7 +32,7 @@ from .analysis.views import Context
 from .analyze import Plan, analyze
 from .cache import Cache, ScanInfo, digest
 from .discovery import display_path
-from .finalize import SourceFile, finalize
+from .finalize import PerFileIgnores, SourceFile, finalize
 from .records import Outcome, ScanRecord
 from .rule import Rule
 from .types import FileError, Finding
@@ -187,6 +187,7 @@ class Engine:
         result = LintResult()
         done = self._run(paths, result)
         result.files_seen = len(done)
+        pfi = PerFileIgnores(self.per_file_ignores, self.root)
         errors: list[FileError] = []
         candidates = []
         for d in done:
@@ -195,7 +196,12 @@ class Engine:
                 continue
             if d.outcome is None:
                 continue
-            errors.extend(d.outcome.errors)
+            # a rule's internal error in a file where that rule is ignored is not reported:
+            # per-file-ignores is how a project lints on while a rule fails on one file
+            errors.extend(
+                e for e in d.outcome.errors
+                if e.rule is None or not pfi or e.rule not in pfi.codes_for(d.record.path)
+            )
             if d.analysed and d.outcome.parsed:
                 result.files_parsed += 1
             if d.cache_hit:
@@ -221,7 +227,7 @@ class Engine:
             if d.record.error is None
         ]
         enabled = self.codes + self.emitted + (["IC900"] if self.warn_unused_ignores else [])
-        final = finalize(candidates, sources_list, enabled=enabled, per_file_ignores=self.per_file_ignores, root=self.root)
+        final = finalize(candidates, sources_list, enabled=enabled, per_file_ignores=pfi, root=self.root)
         result.findings = sorted(final.findings + final.suppression_findings, key=Finding.sort_key)
         result.errors = sorted(errors, key=lambda e: (e.path, e.line or 0, e.message))
         if self.pool_warning:
@@ -415,7 +421,9 @@ class Engine:
                 self.cache.dirty = True
             if rec.digest not in self.cache.files:  # scanned in a worker
                 self.cache.put_scan_info(rec.digest, ScanInfo(rec.has_marker, rec.skip, rec.rules))
-            if d.analysed and d.outcome is not None:
+            if d.analysed and d.outcome is not None and not any(e.rule for e in d.outcome.errors):
+                # a rule's internal error is not cached: the next run tries again (and shows
+                # its traceback under INVARIANT_CHECK_DEBUG)
                 self.cache.put_outcome(rec.digest, rec.shown, d.outcome)
         from .analysis.project import ChunkFacts
 

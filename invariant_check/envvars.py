@@ -200,7 +200,10 @@ VARS: tuple[Var, ...] = (
     Var(
         "INVARIANT_CHECK_DEBUG",
         "lint",
-        _on_off("show the traceback of an internal error instead of one line", "one line"),
+        _on_off(
+            "show the traceback of an internal error instead of one line, and that of a rule that failed on a definition besides its error",
+            "one line",
+        ),
         default="off",
     ),
 )

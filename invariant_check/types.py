@@ -105,12 +105,15 @@ class Fix:
 
 @dataclass(frozen=True)
 class FileError:
-    """A file the tool could not lint. `line`/`column` are set for syntax errors."""
+    """A file the tool could not lint, or not wholly. `line`/`column` are set for syntax
+    errors and for a rule's internal error (the line of the definition it was checking);
+    `rule` is the code of the rule that failed there, None for the file's own problems."""
 
     path: str
     message: str
     line: int | None = None
     column: int | None = None
+    rule: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1034,14 +1034,17 @@ class _Step:
             # calls of the method this one overrides)
             source = copied_from(obj, self.aliases)
             for site, passed, caliases in self._passed_by_callers(source) + self._passed_by_callers(source, inherited=True):
+                if passed is None:
+                    continue  # a value with no name there (`advance(self.make())`): nothing known of it
                 caller = FunctionView(self.view.ctx, site.caller.module, site.node, site.caller.qual)
                 known |= _known(caller, site.node, passed, caliases)
         return [d for d in derived if variants(d) & known]
 
-    def _passed_by_callers(self, obj: str, inherited: bool = False) -> list:
+    def _passed_by_callers(self, obj: str, inherited: bool = False) -> list[tuple[Any, str | None, dict[str, str]]]:
         """(call site, the object it passes for `obj`, the caller's aliases), when `obj` is
         (a field of) a parameter of this function; `inherited`: the call sites in the bases
-        that call the method this one overrides."""
+        that call the method this one overrides. The object is None where the caller passes
+        nothing by that name (a call's result, a literal, no such argument)."""
         fn = self.view.info
         head, _, rest = obj.partition(".")
         if fn is None or head not in fn.facts.params or head in ("self", "cls"):

@@ -111,3 +111,14 @@ def pytest_collection_modifyitems(config, items):
             if defs and defs[-1].scope in ("module", "class", "package"):
                 item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
                 break
+
+
+@pytest.fixture(scope="session")
+def release_tree(vllm_release) -> Callable[[str], Path]:
+    """`release_tree("vllm-0.24.0")` is the folder holding that release's `vllm/` package
+    (`vllm_release` under the tarball's own name)."""
+
+    def tree(release: str) -> Path:
+        return vllm_release(release.removeprefix("vllm-"))
+
+    return tree

@@ -512,5 +512,5 @@ def test_a_rule_that_raises_in_one_file_does_not_silence_the_others(tmp_path):
     result = engine.lint([tmp_path / "m.py"])
     assert [(f.path, f.rule, f.line) for f in result.findings] == [("m.py", RULE, 3)]
     (error,) = result.errors
-    assert error.path == "m.py"
-    assert error.message == "internal error in a rule: IC992: KeyError: 'no such thing'"
+    assert (error.path, error.line, error.column, error.rule) == ("m.py", 4, 5, "IC992")
+    assert error.message == "internal error in IC992 (crashing) checking `Predictor.set_skip_topk`: KeyError: 'no such thing'"

@@ -155,3 +155,15 @@ def render(result, rules, **_) -> str:
         ],
     }
     return json.dumps(doc, indent=2) + "\n"
+
+
+def _notification(e) -> dict:
+    """A file that could not be linted; a rule's internal error also names the rule and the
+    line of the definition it was checking."""
+    location: dict = {"artifactLocation": _uri(e.path)}
+    if e.line:
+        location["region"] = {"startLine": e.line, **({"startColumn": e.column} if e.column else {})}
+    out = {"level": "error", "message": {"text": e.message}, "locations": [{"physicalLocation": location}]}
+    if getattr(e, "rule", None):
+        out["associatedRule"] = {"id": e.rule}
+    return out
