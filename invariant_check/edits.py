@@ -217,6 +217,42 @@ def add_parameter(ed: Editor, func: ast.AST, text: str) -> Edit | None:
     return append_items(ed, func.lineno, items, close, [text])
 
 
+def add_import_from(ed: Editor, module: str, name: str) -> Edit | None:
+    """`from module import name` among the file's top-level imports, where isort (ruff's
+    `I`) puts it: into an existing one-line `from module import ...`, or as a line of its own
+    in the block of the standard library's imports, sorted by module. None when the file has
+    no such block to join (a new block would need its own blank lines)."""
+    import sys
+
+    tree = _parsed(ed.source.text)
+    imports = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            imports.append(stmt)
+        elif imports and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            break
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+
+    def top(stmt) -> str:
+        mod = stmt.module if isinstance(stmt, ast.ImportFrom) else stmt.names[0].name
+        return (mod or "").split(".")[0]
+
+    for stmt in imports:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == module and not stmt.level:
+            if stmt.lineno != stmt.end_lineno or any(a.asname for a in stmt.names):
+                return None
+            names = sorted({a.name for a in stmt.names} | {name}, key=lambda n: (not n.isupper(), n[:1].islower(), n))
+            return ed.replace(stmt, f"from {module} import {', '.join(names)}")
+    std = [s for s in imports if top(s) in stdlib and not getattr(s, "level", 0) and s.lineno == s.end_lineno]
+    froms = [s for s in std if isinstance(s, ast.ImportFrom)]
+    if not std:
+        return None
+    after = [s for s in froms if (s.module or "") > module]
+    if after:
+        return ed.insert_before(after[0], f"from {module} import {name}")
+    return ed.insert_after((froms or std)[-1], f"from {module} import {name}")
+
+
 def _end_of_argument(ed: Editor, node: ast.AST) -> tuple[int, int]:
     if isinstance(node, ast.keyword) and node.arg is None:  # `**kw`: the node starts after the `**`
         return ed.end(node.value)
