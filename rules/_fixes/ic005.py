@@ -38,7 +38,7 @@ from invariant_check.edits import (
 from invariant_check.layout import _trailing_comment
 from invariant_check.types import UNSAFE, Edit, Fix
 
-_WHY = "# The previous step advanced the inputs: rebuild the attention metadata from them."
+_WHY = "# Rebuild the metadata from the inputs the previous step advanced."
 
 
 def build(rule, report, view) -> Fix | None:
