@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from .analysis.source import Source
+from .layout import style_for
 from .types import SAFE, Edit, Fix
 
 _BLANK = re.compile(r"[ \t\f]*$")
@@ -291,7 +292,8 @@ def append_items(ed: Editor, open_line: int, items: list[tuple[tuple[int, int], 
     one_per_line = items[0][0][0] > open_line and close[0] > end[0]
     if one_per_line:
         indent = item_indent
-        new = [_laid_out(item, indent) for item in new]
+        width = style_for(ed.source.path).line_length
+        new = [_laid_out(item, indent, width) for item in new]
         rest_of_line = between.split("\n", 1)[0].strip()
         if comma and (rest_of_line == "," or rest_of_line.startswith(",") and rest_of_line[1:].strip().startswith("#")):
             return Edit(end[0] + 1, 1, end[0] + 1, 1, "".join(f"{indent}{item},\n" for item in new))
@@ -321,13 +323,30 @@ def collapse(code: str) -> str:
     return re.sub(r",?\s+([)\]}])", r"\1", text)
 
 
-def _laid_out(item: str, indent: str) -> str:
-    """An item on its own line(s): on one line where it fits, else as written (its later
-    lines indented from the item's)."""
+def _laid_out(item: str, indent: str, width: int = WIDTH) -> str:
+    """An item on its own line(s): on one line where it fits (without the parentheses of a
+    `name=(...)` value, as ruff format writes it), else as written (its later lines indented
+    from the item's)."""
     flat = collapse(item)
-    if "\n" not in item or ("#" not in item and len(indent) + len(flat) + 1 <= WIDTH):
+    if "\n" not in item:
         return flat
+    if "#" not in item:
+        m = re.fullmatch(r"(\w+=)\((.*)\)", flat)
+        if m and _balanced(m.group(2)) and len(indent) + len(m.group(1) + m.group(2)) + 1 <= width:
+            return m.group(1) + m.group(2)
+        if len(indent) + len(flat) + 1 <= width:
+            return flat
     return item.replace("\n", "\n" + indent)
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def wrapped_call(prefix: str, func: str, args: list[str], indent: str) -> str:

@@ -348,6 +348,12 @@ class _Formatter:
             return split
         ops = self._operands(node)
         if ops is not None and parens:
+            try:  # in parentheses on a line of its own where it fits there
+                body = ind + UNIT + self.flat(node)
+                if self.fits(" " * self.base + body):
+                    return [ind + prefix + "(", body, ind + ")" + suffix]
+            except _CannotFormat:
+                pass
             inner: list[str] = []
             for lead, sub in ops:
                 inner += self.emit(lead, sub, "", depth + 1, parens=True)
