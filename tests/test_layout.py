@@ -83,7 +83,7 @@ EXPECTED_88 = textwrap.dedent(
                 num_reqs,
                 attn_metadata,
                 num_tokens_across_dp=None,
-                    rebuild_attn_metadata=lambda: self._build(
+                rebuild_attn_metadata=lambda: self._build(
                     num_reqs=num_reqs, max_query_len=1
                 ),
             )  # FIXME
