@@ -519,6 +519,9 @@ def _trailing_comment(line: str) -> str:
     return comments[0].string
 
 
+trailing_comment = _trailing_comment
+
+
 def _has_comment(text: str) -> bool:
     if "#" not in text:
         return False

@@ -35,7 +35,7 @@ from invariant_check.edits import (
     parents_of,
     statement_holding,
 )
-from invariant_check.layout import _trailing_comment
+from invariant_check.layout import trailing_comment
 from invariant_check.types import UNSAFE, Edit, Fix
 
 _WHY = "# Rebuild the metadata from the inputs the previous step advanced."
@@ -223,7 +223,7 @@ def _rebuild_from_callers(ed: Editor, view, func: ast.AST, loop: ast.AST, anchor
             return None
         # the copy without the comments of the original (they stay there); laid out
         # afterwards as the project's formatter would (`invariant_check.layout`)
-        built = "\n".join(l[: len(l) - len(_trailing_comment(l))].rstrip() if _trailing_comment(l) else l for l in built.split("\n"))
+        built = "\n".join(l[: len(l) - len(trailing_comment(l))].rstrip() if trailing_comment(l) else l for l in built.split("\n"))
         edit = add_keywords(ed, site.call, [f"{rebuild}=lambda: {built}"])
         if edit is None:
             return None
@@ -308,10 +308,6 @@ def _argument(call: ast.Call, fn, index: int) -> ast.AST | None:
             return kw.value
     return None
 
-
-def _reindented_tail(text: str, extra: str) -> str:
-    lines = text.split("\n")
-    return "\n".join(lines[:1] + [extra + l for l in lines[1:]])
 
 
 def _build_for(ed: Editor, site, arg: ast.AST) -> str | None:
