@@ -13,7 +13,14 @@ source is copied there first: the original is never touched), linted, fixed with
 - the fixed tree lints clean (no finding, no error);
 - only files that held a finding changed;
 - a second `--fix --unsafe-fixes` changes nothing (the fixes are idempotent);
-- no fix was dropped (the CLI's notes on stderr).
+- no fix was dropped (the CLI's notes on stderr);
+- every changed file is as clean under the project's own formatter and linter as the stock
+  file: `ruff format --check` passes where it passed on the stock file, and `ruff check`
+  reports no rule more often than on the stock file (when ruff is installed; the test extra
+  has it). The settings are vLLM's: the release's `pyproject.toml` when the source has one,
+  else vLLM 0.33.0's (below; the corpus tarballs hold only the `vllm/` package). They are
+  written into the tree before it is fixed, so the fixes read them as they read any
+  project's.
 
 `--diffs DIR` also writes each release's unified diff (`DIR/vllm-X.Y.Z.diff`, as `--diff` prints
 it) for review. Prints one table row per release; exit status 1 when any check fails, 2 when
@@ -36,6 +43,85 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_CORPUS = REPO.parent / "shared" / "corpus"
+
+# vLLM 0.33.0's ruff settings (its pyproject.toml: `[tool.ruff.lint]`, `[tool.ruff.format]`;
+# no `line-length`, so ruff's 88), for sources without a pyproject.toml of their own
+VLLM_RUFF = """\
+line-length = 88
+
+[lint]
+select = ["D", "E", "F", "UP", "B", "ISC", "SIM", "I", "G", "INP"]
+ignore = [
+    "D100", "D101", "D102", "D103", "D104", "D105", "D106", "D107",
+    "D205", "D209", "D301", "D400", "D401", "D404", "D415",
+    "D203", "D213",
+    "F405", "F403",
+    "E731",
+    "B905",
+    "B007",
+    "UP032",
+    "UP042",
+]
+
+[lint.pydocstyle]
+ignore-var-parameters = true
+
+[format]
+docstring-code-format = true
+"""
+
+
+def ruff_cmd() -> list[str] | None:
+    exe = Path(sys.executable).with_name("ruff")
+    if exe.exists():
+        return [str(exe)]
+    found = shutil.which("ruff")
+    if found:
+        return [found]
+    try:
+        import ruff  # noqa: F401
+    except ImportError:
+        return None
+    return [sys.executable, "-m", "ruff"]
+
+
+def ruff_settings(tree: Path, source: Path) -> Path:
+    """The ruff configuration the tree is checked (and fixed) with: the source's own
+    `pyproject.toml` beside its `vllm/`, else vLLM 0.33.0's settings as `ruff.toml`."""
+    own = (source / "pyproject.toml") if source.is_dir() else None
+    if own is not None and own.is_file():
+        target = tree / "pyproject.toml"
+        if not target.exists():
+            shutil.copyfile(own, target)
+        return target
+    target = tree / "ruff.toml"
+    target.write_text(VLLM_RUFF)
+    return target
+
+
+def ruff_state(ruff: list[str], config: Path, tree: Path, rel: str, data: bytes) -> tuple[int, dict[str, int]]:
+    """(lines `ruff format` would change, {rule: count} of `ruff check`) of `data` as the
+    file `rel` of the tree (checked from standard input, so stock and fixed bytes are
+    checked under the same name and settings)."""
+    fmt = subprocess.run(
+        [*ruff, "format", "--config", str(config), "--diff", "--stdin-filename", rel, "-"],
+        cwd=tree, input=data, capture_output=True,
+    )
+    changed = sum(
+        1 for line in fmt.stdout.decode("utf-8", "replace").splitlines()
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    )
+    chk = subprocess.run(
+        [*ruff, "check", "--config", str(config), "--no-cache", "--output-format", "json", "--stdin-filename", rel, "-"],
+        cwd=tree, input=data, capture_output=True,
+    )
+    counts: dict[str, int] = {}
+    try:
+        for item in json.loads(chk.stdout.decode("utf-8") or "[]"):
+            counts[item.get("code") or "?"] = counts.get(item.get("code") or "?", 0) + 1
+    except json.JSONDecodeError:
+        counts["ruff-failed"] = 1
+    return changed, counts
 
 
 def invariant_check_cmd() -> list[str]:
@@ -92,11 +178,14 @@ def main() -> int:
     if args.diffs:
         args.diffs.mkdir(parents=True, exist_ok=True)
     rows, problems = [], []
+    ruff = ruff_cmd()
     for source in sources:
         version, tree = fresh_tree(source, args.workdir)
+        config = ruff_settings(tree, source)
         before, errors_before = lint_json(tree)
         held = {f["path"] for f in before}
         pristine = snapshot(tree)
+        stock = {p: (tree / p).read_bytes() for p in held if (tree / p).is_file()}
         if args.diffs:
             diff = run(tree, "--diff", "--unsafe-fixes")
             (args.diffs / f"vllm-{version}.diff").write_text(diff.stdout)
@@ -114,17 +203,38 @@ def main() -> int:
                 compile((tree / rel).read_bytes(), rel, "exec", dont_inherit=True)
             except SyntaxError as exc:
                 not_compiling.append(f"{rel}: {exc.msg} (line {exc.lineno})")
+        style_problems = []
+        if ruff is not None:
+            for rel in changed:
+                if rel not in stock:
+                    continue
+                fmt0, chk0 = ruff_state(ruff, config, tree, rel, stock[rel])
+                fmt1, chk1 = ruff_state(ruff, config, tree, rel, (tree / rel).read_bytes())
+                if fmt1 > fmt0:
+                    style_problems.append(
+                        f"{rel}: `ruff format` would change {fmt1} line(s) of the fixed file, {fmt0} of the stock one"
+                    )
+                worse = {c: n for c, n in chk1.items() if n > chk0.get(c, 0)}
+                if worse:
+                    what = ", ".join(f"{c} {chk0.get(c, 0)} -> {n}" for c, n in sorted(worse.items()))
+                    style_problems.append(f"{rel}: `ruff check` reports more on the fixed file: {what}")
         remaining, errors = lint_json(tree)
         outside = [p for p in changed if p not in held]
         second = run(tree, "--fix", "--unsafe-fixes")
         again = sorted(p for p, h in snapshot(tree).items() if h != after.get(p))
         if second.returncode != 0:
             problems.append(f"  {version}: a second --fix exits {second.returncode}: {second.stderr.strip()[:200]}")
-        ok = not (not_compiling or remaining or errors or outside or again or dropped or errors_before or second.returncode)
+        ok = not (
+            not_compiling or remaining or errors or outside or again or dropped or errors_before or second.returncode
+            or style_problems
+        )
+        style = "not checked (no ruff)" if ruff is None else ("yes" if not style_problems else "NO")
         rows.append((
-            version, len(before), n_fixed, len(changed), "yes" if not not_compiling else "NO",
+            version, len(before), n_fixed, len(changed), "yes" if not not_compiling else "NO", style,
             len(remaining) + len(errors), "yes" if not outside else "NO", len(again), f"{elapsed:.1f} s",
         ))
+        for item in style_problems:
+            problems.append(f"  {version}: STYLE {item}")
         for item in not_compiling:
             problems.append(f"  {version}: DOES NOT COMPILE {item}")
         for f in remaining:
@@ -139,7 +249,9 @@ def main() -> int:
             problems.append(f"  {version}: {line}")
         if not ok and not problems:
             problems.append(f"  {version}: failed")
-    header = ("release", "findings", "fixed", "files changed", "compiles", "left after fixing", "only files with findings", "changed by a second run", "fix time")
+    if ruff is None:
+        print("fix_corpus: ruff is not installed: the fixed files' style was not checked (pip install ruff)")
+    header = ("release", "findings", "fixed", "files changed", "compiles", "as clean under ruff", "left after fixing", "only files with findings", "changed by a second run", "fix time")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     print(" | ".join(h.ljust(w) for h, w in zip(header, widths)))
     print("-|-".join("-" * w for w in widths))

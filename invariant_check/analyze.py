@@ -23,6 +23,7 @@ from .analysis.views import MODULE_CODE, ClassView, Context, FunctionView
 from .records import Outcome, ScanRecord
 from .rule import Report, Rule
 from .edits import overlapping, parses_whole, render_hint
+from .layout import restyled
 from .types import SAFE, UNSAFE, Candidate, FileError, Finding, Fix
 
 
@@ -291,7 +292,8 @@ def _fix_of(rule: Rule, rep: Report, view: Any, failed: _Failures) -> Fix | None
     ):
         failed.add(rule, rep.node, "building the fix of its finding", ValueError("malformed edits"))
         return None
-    return fix
+    # the statements it writes, laid out as the project's formatter would
+    return restyled(fix, view.source)
 
 
 def _candidate(module: Module, rule: Rule, rep: Report, root: ast.AST, shown: str, fix: Fix | None = None) -> Candidate:

@@ -18,6 +18,7 @@ from functools import lru_cache
 from typing import Iterable
 
 from .analysis.source import Source
+from .layout import style_for
 from .types import SAFE, Edit, Fix
 
 _BLANK = re.compile(r"[ \t\f]*$")
@@ -217,6 +218,42 @@ def add_parameter(ed: Editor, func: ast.AST, text: str) -> Edit | None:
     return append_items(ed, func.lineno, items, close, [text])
 
 
+def add_import_from(ed: Editor, module: str, name: str) -> Edit | None:
+    """`from module import name` among the file's top-level imports, where isort (ruff's
+    `I`) puts it: into an existing one-line `from module import ...`, or as a line of its own
+    in the block of the standard library's imports, sorted by module. None when the file has
+    no such block to join (a new block would need its own blank lines)."""
+    import sys
+
+    tree = _parsed(ed.source.text)
+    imports = []
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            imports.append(stmt)
+        elif imports and not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+            break
+    stdlib = getattr(sys, "stdlib_module_names", frozenset())
+
+    def top(stmt) -> str:
+        mod = stmt.module if isinstance(stmt, ast.ImportFrom) else stmt.names[0].name
+        return (mod or "").split(".")[0]
+
+    for stmt in imports:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == module and not stmt.level:
+            if stmt.lineno != stmt.end_lineno or any(a.asname for a in stmt.names):
+                return None
+            names = sorted({a.name for a in stmt.names} | {name}, key=lambda n: (not n.isupper(), n[:1].islower(), n))
+            return ed.replace(stmt, f"from {module} import {', '.join(names)}")
+    std = [s for s in imports if top(s) in stdlib and not getattr(s, "level", 0) and s.lineno == s.end_lineno]
+    froms = [s for s in std if isinstance(s, ast.ImportFrom)]
+    if not std:
+        return None
+    after = [s for s in froms if (s.module or "") > module]
+    if after:
+        return ed.insert_before(after[0], f"from {module} import {name}")
+    return ed.insert_after((froms or std)[-1], f"from {module} import {name}")
+
+
 def _end_of_argument(ed: Editor, node: ast.AST) -> tuple[int, int]:
     if isinstance(node, ast.keyword) and node.arg is None:  # `**kw`: the node starts after the `**`
         return ed.end(node.value)
@@ -255,7 +292,8 @@ def append_items(ed: Editor, open_line: int, items: list[tuple[tuple[int, int], 
     one_per_line = items[0][0][0] > open_line and close[0] > end[0]
     if one_per_line:
         indent = item_indent
-        new = [_laid_out(item, indent) for item in new]
+        width = style_for(ed.source.path).line_length
+        new = [_laid_out(item, indent, width) for item in new]
         rest_of_line = between.split("\n", 1)[0].strip()
         if comma and (rest_of_line == "," or rest_of_line.startswith(",") and rest_of_line[1:].strip().startswith("#")):
             return Edit(end[0] + 1, 1, end[0] + 1, 1, "".join(f"{indent}{item},\n" for item in new))
@@ -285,13 +323,30 @@ def collapse(code: str) -> str:
     return re.sub(r",?\s+([)\]}])", r"\1", text)
 
 
-def _laid_out(item: str, indent: str) -> str:
-    """An item on its own line(s): on one line where it fits, else as written (its later
-    lines indented from the item's)."""
+def _laid_out(item: str, indent: str, width: int = WIDTH) -> str:
+    """An item on its own line(s): on one line where it fits (without the parentheses of a
+    `name=(...)` value, as ruff format writes it), else as written (its later lines indented
+    from the item's)."""
     flat = collapse(item)
-    if "\n" not in item or ("#" not in item and len(indent) + len(flat) + 1 <= WIDTH):
+    if "\n" not in item:
         return flat
+    if "#" not in item:
+        m = re.fullmatch(r"(\w+=)\((.*)\)", flat)
+        if m and _balanced(m.group(2)) and len(indent) + len(m.group(1) + m.group(2)) + 1 <= width:
+            return m.group(1) + m.group(2)
+        if len(indent) + len(flat) + 1 <= width:
+            return flat
     return item.replace("\n", "\n" + indent)
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def wrapped_call(prefix: str, func: str, args: list[str], indent: str) -> str:

@@ -166,6 +166,9 @@ def _rewrite(ed: Editor, func: ast.AST, found, iterable: str, replaced: list[ast
         if not isinstance(parent, ast.Compare):
             return None
         target = parent  # `type(x) is T`: the comparison is the check
+    per_entry = _raise_per_entry(ed, func, found, iterable, entry)
+    if per_entry is not None:
+        return per_entry
     inner = _substituted(ed, target, replaced, entry)
     if inner is None:
         return None
@@ -179,6 +182,36 @@ def _rewrite(ed: Editor, func: ast.AST, found, iterable: str, replaced: list[ast
         text = f"{quantifier}(\n{indent}    {inner}\n{indent}    for {entry} in {iterable}\n{indent})"
     what = "every entry" if quantifier == "all" else "any entry"
     return Fix(UNSAFE, f"Check {what} of `{iterable}`: `{_short(one_line)}`", (ed.replace(target, text),))
+
+
+def _raise_per_entry(ed: Editor, func: ast.AST, found, iterable: str, entry: str) -> Fix | None:
+    """An `if` that only raises and names the checked value in its message (`type(md)`):
+    the whole statement runs for each entry, so the error names the entry that failed, as
+    vLLM 0.20.0 writes it (`for group_md in per_group_attn_metadata: if ...: raise`)."""
+    stmt = found.check.statement
+    if not isinstance(stmt, ast.If) or stmt.orelse or not all(isinstance(s, ast.Raise) for s in stmt.body):
+        return None
+    if isinstance(found.origin, OneEntry) or found.via:
+        return None  # the value is a pick, not a name the loop binds
+    in_message = [n for s in stmt.body for n in _name_nodes(s, found.name)]
+    if not in_message:
+        return None
+    indent = ed.indent_of(stmt)
+    if indent is None or not ed.ends_its_line(stmt):
+        return None
+    if any(isinstance(n, (ast.Constant, ast.JoinedStr)) and "\n" in ed.node_text(n) and '"""' in ed.node_text(n) for n in ast.walk(stmt)):
+        return None  # a string over lines: its lines cannot move
+    text = _substituted(ed, stmt, _name_nodes(stmt, found.name), entry, keep_lines=True)
+    if text is None:
+        return None
+    body = "\n".join(["    " + text.split("\n")[0]] + ["    " + l if l.strip() else l for l in text.split("\n")[1:]])
+    (l1, c1), (l2, c2) = ed.start(stmt), ed.end(stmt)
+    new = f"for {entry} in {iterable}:\n{indent}{body}"
+    return Fix(
+        UNSAFE,
+        f"Check every entry of `{iterable}`, naming the one that fails: `for {entry} in {iterable}: ...`",
+        (Edit(l1, c1, l2, c2, new),),
+    )
 
 
 def _quantifier(found, target: ast.AST, parents) -> str:
@@ -214,7 +247,7 @@ def _helper_per_entry(ed: Editor, func: ast.AST, found, iterable: str, replaced,
     return Fix(UNSAFE, f"Validate every entry of `{iterable}`", (Edit(l1, 1, l2, c2, new),))
 
 
-def _substituted(ed: Editor, node: ast.AST, replaced: list[ast.AST], entry: str) -> str | None:
+def _substituted(ed: Editor, node: ast.AST, replaced: list[ast.AST], entry: str, keep_lines: bool = False) -> str | None:
     """The source of `node` with each of `replaced` (nodes inside it) spelled `entry`."""
     text = ed.node_text(node)
     start = ed.start(node)
@@ -232,7 +265,7 @@ def _substituted(ed: Editor, node: ast.AST, replaced: list[ast.AST], entry: str)
             return None  # nested: one inside another
     for a, b in reversed(spans):
         text = text[:a] + entry + text[b:]
-    if "\n" in text and not any(isinstance(n, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(n, "value", ""), str) for n in ast.walk(node)):
+    if "\n" in text and not keep_lines and not any(isinstance(n, (ast.Constant, ast.JoinedStr)) and isinstance(getattr(n, "value", ""), str) for n in ast.walk(node)):
         # one line, as the check reads: `isinstance(md, T)`, not the wrapped original
         text = re.sub(r",?\s+([)\]}])", r"\1", re.sub(r"([(\[{])\s+", r"\1", " ".join(text.split())))
     return text

@@ -9,8 +9,10 @@ buffer (by storage address) once, since layers that share a buffer must not gath
 from __future__ import annotations
 
 import ast
+import textwrap
 
 from invariant_check.edits import Editor, whole
+from invariant_check.layout import style_for
 from invariant_check.types import UNSAFE, Fix
 
 # where the guard looks for the buffer: modules, and the plain attention objects they keep
@@ -37,7 +39,8 @@ def build(rule, report, view) -> Fix | None:
         body[-1],
     )
     torch_bound = "torch" in view.module.bindings().bindings
-    code = method_source(compaction, switch, torch_bound)
+    width = style_for(view.source.path).line_length
+    code = method_source(compaction, switch, torch_bound, room=width - len(indent) - 4)
     edit = ed.insert_after(anchor, code, indent, blank_before=True)
     if edit is None:
         return None
@@ -49,18 +52,30 @@ def build(rule, report, view) -> Fix | None:
     )
 
 
-def method_source(compaction: str, switch: str, torch_bound: bool) -> str:
+def method_source(compaction: str, switch: str, torch_bound: bool, room: int = 80) -> str:
+    """The method's source at indentation 0; its docstring wrapped to `room` columns (the
+    project's line length less the method body's indentation)."""
     missing = "not isinstance(topk_indices_buffer, torch.Tensor)" if torch_bound else "topk_indices_buffer is None"
     annotation = ": torch.Tensor" if torch_bound else ""
+    summary = "Gather the top-k indices at `slot_ids` to the front of each buffer."
+    if len(summary) + 3 > room:
+        summary = "Compact the shared top-k indices to one row per request."
+    detail = textwrap.fill(
+        f"Draft steps after `{switch}(True)` read one row per request; step 0 wrote one row "
+        "per token. Layers that share a buffer hold the same storage: it is gathered once.",
+        max(room, 40),
+        break_long_words=False,
+        break_on_hyphens=False,
+    ).replace("\n", "\n    ")
     return f'''
 def {compaction}(self, slot_ids{annotation}) -> None:
-    """Gather the top-k index rows at `slot_ids` to the front of each shared buffer.
+    """{summary}
 
-    Draft steps after `{switch}(True)` read one row per request; step 0 wrote one row
-    per token. Layers that share a buffer hold the same storage: it is gathered once.
+    {detail}
     """
     num_slots = slot_ids.numel()
-    gathered = set()  # storage addresses of the buffers gathered so far
+    # storage addresses of the buffers gathered so far
+    gathered = set()
     for module in self.modules():
         for holder in (module, getattr(module, "impl", None)):
             topk_indices_buffer = getattr(holder, "{BUFFER_ATTR}", None)

@@ -11,9 +11,13 @@ Modelled on vLLM 0.16.0 (PR #32312), which fixed 0.13.0's EAGLE draft loop by ad
   statements go right after it (after the statements that go on changing the same lengths,
   such as that `masked_fill_`), in its block, so on exactly its paths: `max_seq_len` advanced
   by `k` (with `min(..., cap)` when the function caps the lengths against `cap`), the CPU
-  upper bound advanced when set, the CPU shadow invalidated (its property recomputes it).
+  upper bound and the CPU shadow advanced by `k` when set (vLLM's own idiom: `+= 1` on
+  `seq_lens`, `_seq_lens_cpu` and `seq_lens_cpu_upper_bound` together; invalidating the
+  shadow instead would cost its readers a device-to-host copy).
 - A copy (`replace(X, seq_lens=X.seq_lens + k, ...)`, `X.replace(...)`, a constructor given
-  the old values): the derived fields join the same call, as keywords.
+  the old values): the derived fields join the same call, as keywords, each `X.f + k` when
+  set. A copy that advances one CPU upper bound advances every other one the class declares
+  (`dcp_local_seq_lens_cpu_upper_bound`: each rank stores at most `k` of the `k` new tokens).
 
 No fix where the advance sits in a helper whose callers must finish the step (the update
 belongs in those callers), or where a stale field is one the fix cannot compute
@@ -38,7 +42,7 @@ def build(rule, report, view) -> Fix | None:
     data = report.data or {}
     stale = list(data.get("stale_fields") or [])
     field = data.get("advanced")
-    if field != "seq_lens" or not stale or any(_plain(d) not in _KNOWN for d in stale):
+    if field != "seq_lens" or not stale or any(not _known(d) for d in stale):
         return None
     func = view.node
     ed = Editor(view.source)
@@ -68,7 +72,7 @@ def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, sta
     cap = _cap(func, field, ed)
     shadow = _shadow_name(view, func, x)
     indent = ed.indent_of(anchor) or ""
-    lines = [f"# `{field}` moved: what is derived from it moves in the same step"]
+    lines = [f"# keep the fields derived from `{field}` in sync"]
     for d in stale:
         if d == "max_seq_len":
             if cap:
@@ -76,10 +80,7 @@ def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, sta
             else:
                 lines.append(f"{x}.max_seq_len += {k}")
         elif _plain(d) == "seq_lens_cpu":
-            if shadow.startswith("_"):
-                lines.append(f"{x}.{shadow} = None  # recomputed from `{field}` on its next read")
-            else:
-                lines += [f"if {x}.{shadow} is not None:", f"    {x}.{shadow} += {k}"]
+            lines += [f"if {x}.{shadow} is not None:", f"    {x}.{shadow} += {k}"]
         else:
             lines += [f"if {x}.{d} is not None:", f"    {x}.{d} += {k}"]
     edit = ed.insert_after(anchor, "\n".join(lines) + "\n")
@@ -207,6 +208,7 @@ def _in_the_copy(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: li
         return None
     cap = _cap(func, field, ed)
     given = {kw.arg: kw for kw in call.keywords if kw.arg}
+    stale = stale + _sibling_bounds(view, func, x, stale, given)
     edits: list[Edit] = []
     new: list[str] = []
     for d in stale:
@@ -214,7 +216,7 @@ def _in_the_copy(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: li
             name, value = d, (f"min(\n    {x}.max_seq_len + {k}, {cap}\n)" if cap else f"{x}.max_seq_len + {k}")
         elif _plain(d) == "seq_lens_cpu":
             name = next((n for n in ("_seq_lens_cpu", "seq_lens_cpu") if n in given), "_seq_lens_cpu")
-            value = "None"
+            value = f"(\n    {x}.{name} + {k}\n    if {x}.{name} is not None\n    else None\n)"
         else:
             name, value = d, f"(\n    {x}.{d} + {k}\n    if {x}.{d} is not None\n    else None\n)"
         old = given.get(name)
@@ -260,6 +262,29 @@ def _copied_object(call: ast.Call, advanced_value: ast.AST, field: str) -> ast.A
 
 def _plain(d: str) -> str:
     return d.lstrip("_")
+
+
+def _known(d: str) -> bool:
+    return _plain(d) in _KNOWN or _is_bound(d)
+
+
+def _is_bound(d: str) -> bool:
+    """A CPU upper bound of the lengths (`seq_lens_cpu_upper_bound`, its per-rank
+    `dcp_local_seq_lens_cpu_upper_bound`): advanced by the same amount as the lengths."""
+    return d.endswith("seq_lens_cpu_upper_bound")
+
+
+def _sibling_bounds(view, func: ast.AST, x: str, stale: list[str], given) -> list[str]:
+    """The other CPU upper bounds of the lengths that the class of `x` declares: a copy
+    that advances one bound advances them all, by the same amount."""
+    if not any(_is_bound(d) for d in stale):
+        return []
+    try:
+        cls = class_of(view, x, local_aliases(func))
+    except Exception:
+        cls = None
+    fields = class_fields(cls) if cls is not None else set()
+    return sorted(f for f in fields if _is_bound(f) and f not in stale and f not in given)
 
 
 def _wrap(amount: str) -> str:

@@ -26,10 +26,19 @@ import ast
 from invariant_check.analysis.facts import ref, walk_local
 from invariant_check.analysis.fields import bound_offset, callers, canonical, local_aliases
 from invariant_check.analysis.objects import container_copy_of, copy_of
-from invariant_check.edits import Editor, add_keywords, add_parameter, block_of, one_per_line, parents_of, statement_holding
+from invariant_check.edits import (
+    Editor,
+    add_import_from,
+    add_keywords,
+    add_parameter,
+    block_of,
+    parents_of,
+    statement_holding,
+)
+from invariant_check.layout import trailing_comment
 from invariant_check.types import UNSAFE, Edit, Fix
 
-_WHY = "# the inputs moved: build this step's metadata from them"
+_WHY = "# Rebuild the metadata from the inputs the previous step advanced."
 
 
 def build(rule, report, view) -> Fix | None:
@@ -53,8 +62,24 @@ def build(rule, report, view) -> Fix | None:
         return _rebuild_here(ed, func, loop, anchor, local, md)
     params = _params(func)
     if md in params and view.info is not None:
-        return _rebuild_from_callers(ed, view, func, anchor, md, params.index(md))
+        return _rebuild_from_callers(ed, view, func, loop, anchor, md, params.index(md))
     return None
+
+
+def _later_steps(loop: ast.AST) -> str | None:
+    """The test that is true on every step but the first of `for v in range(a, ...)`
+    (`v > a`): the metadata the step starts with was built for the first one."""
+    if not isinstance(loop, ast.For) or not isinstance(loop.target, ast.Name):
+        return None
+    it = loop.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
+        return None
+    if not 1 <= len(it.args) <= 3 or any(isinstance(a, ast.Starred) for a in it.args):
+        return None
+    if len(it.args) == 3 and not (isinstance(it.args[2], ast.Constant) and isinstance(it.args[2].value, int) and it.args[2].value > 0):
+        return None
+    start = ast.unparse(it.args[0]) if len(it.args) >= 2 else "0"
+    return f"{loop.target.id} > {start}"
 
 
 # -- the forward and the build ----------------------------------------------------------------------
@@ -180,7 +205,7 @@ def _dedent_continuations(code: str, indent: str) -> str:
 # -- a build of the callers --------------------------------------------------------------------------
 
 
-def _rebuild_from_callers(ed: Editor, view, func: ast.AST, anchor: ast.stmt, md: str, index: int) -> Fix | None:
+def _rebuild_from_callers(ed: Editor, view, func: ast.AST, loop: ast.AST, anchor: ast.stmt, md: str, index: int) -> Fix | None:
     fn = view.info
     sites = callers(view, fn)
     if not sites or any(site.caller.module is not view.module for site in sites):
@@ -196,27 +221,23 @@ def _rebuild_from_callers(ed: Editor, view, func: ast.AST, anchor: ast.stmt, md:
             return None
         if any(kw.arg == rebuild for kw in site.call.keywords):
             return None
-        if one_per_line(ed, site.call) or "\n" not in built:
-            edit = add_keywords(ed, site.call, [f"{rebuild}=lambda: {built}"])
-            if edit is None:
-                return None
-            edits.append(edit)
-            continue
-        # a call written on one line: the build gets a name, a function right before it
-        stmt = statement_holding(site.node, site.call)
-        helper = _fresh(site.node, rebuild)
-        body = _reindented_tail(built, "    ")
-        define = ed.insert_before(stmt, f"def {helper}():\n    return {body}\n", blank_after=True) if stmt is not None else None
-        keyword = add_keywords(ed, site.call, [f"{rebuild}={helper}"])
-        if define is None or keyword is None:
+        # the copy without the comments of the original (they stay there); laid out
+        # afterwards as the project's formatter would (`invariant_check.layout`)
+        built = "\n".join(l[: len(l) - len(trailing_comment(l))].rstrip() if trailing_comment(l) else l for l in built.split("\n"))
+        edit = add_keywords(ed, site.call, [f"{rebuild}=lambda: {built}"])
+        if edit is None:
             return None
-        edits += [define, keyword]
-    param = add_parameter(ed, func, f"{rebuild}=None")
+        edits.append(edit)
+    annotation, imports = _annotation(ed, view, func, md)
+    param = add_parameter(ed, func, f"{rebuild}{annotation}" + (" = None" if annotation else "=None"))
     if param is None:
         return None
     edits.append(param)
+    edits += imports
     spelled = md
-    code = f"{_WHY}\nif {spelled} is not None and {rebuild} is not None:\n    {spelled} = {rebuild}()\n"
+    later = _later_steps(loop)
+    test = f"{later} and " if later else ""
+    code = f"{_WHY}\nif {test}{spelled} is not None and {rebuild} is not None:\n    {spelled} = {rebuild}()\n"
     insert = _insert_before(ed, anchor, code)
     if insert is None:
         return None
@@ -225,12 +246,56 @@ def _rebuild_from_callers(ed: Editor, view, func: ast.AST, anchor: ast.stmt, md:
     if any(_overlap_lines(a, b) for a, b in zip(edits, edits[1:])):
         return None
     n = len(sites)
+    replayed = _captured(view, func)
     return Fix(
         UNSAFE,
-        f"Rebuild `{md}` right before the forward of each step: `{fn.short}` takes `{rebuild}`, "
-        f"{'its caller passes' if n == 1 else f'its {n} callers pass'} the build as a lambda",
+        f"Rebuild `{md}` right before the forward of each step after the first: `{fn.short}` takes "
+        f"`{rebuild}`, {'its caller passes' if n == 1 else f'its {n} callers pass'} the build"
+        + (
+            f"; not fixed: the CUDA graph captured from `{fn.short}` (line {replayed}) replays every "
+            "step with the metadata of its capture: capture one step and rebuild before each replay, "
+            "as vLLM 0.21.0 does"
+            if replayed
+            else ""
+        ),
         tuple(edits),
     )
+
+
+def _captured(view, func: ast.AST) -> int | None:
+    """The line where the class hands this method to a graph capture (`m.capture(self.f,
+    ...)`): a replay of that graph runs the steps without calling the method."""
+    name = getattr(func, "name", None)
+    text = view.source.text
+    if not name:
+        return None
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and "capture" in node.func.attr:
+            for a in node.args:
+                if isinstance(a, ast.Attribute) and a.attr == name and isinstance(a.value, ast.Name) and a.value.id == "self":
+                    return node.lineno
+    return None
+
+
+def _annotation(ed: Editor, view, func: ast.AST, md: str) -> tuple[str, list[Edit]]:
+    """`: Callable[[], <md's annotation>] | None` when the parameters are annotated, with
+    the import of `Callable` the module lacks; "" when they are not."""
+    args = func.args
+    params = args.posonlyargs + args.args + args.kwonlyargs
+    ann = next((p.annotation for p in params if p.arg == md), None)
+    if ann is None:
+        return "", []
+    base = ed.node_text(ann)
+    if "\n" in base:
+        return "", []
+    bound = view.module.bindings().bindings
+    if "Callable" in bound:
+        return f": Callable[[], {base}] | None", []
+    edit = add_import_from(ed, "collections.abc", "Callable")
+    if edit is None:
+        return "", []
+    return f": Callable[[], {base}] | None", [edit]
 
 
 def _argument(call: ast.Call, fn, index: int) -> ast.AST | None:
@@ -243,10 +308,6 @@ def _argument(call: ast.Call, fn, index: int) -> ast.AST | None:
             return kw.value
     return None
 
-
-def _reindented_tail(text: str, extra: str) -> str:
-    lines = text.split("\n")
-    return "\n".join(lines[:1] + [extra + l for l in lines[1:]])
 
 
 def _build_for(ed: Editor, site, arg: ast.AST) -> str | None:
