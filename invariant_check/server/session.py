@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ class Settings:
     config: str | None = None  # a pyproject.toml for every file, as `--config`
     python: str | None = None  # as `--python`: overrides every project's `python`
     cache: bool = True
-    debounce_ms: int = 150
+    debounce_ms: int = 50
     unsafe_fixes: bool = True  # offer unsafe fixes as code actions (never preferred, marked)
 
     @classmethod
@@ -129,6 +130,90 @@ class _HeldCache(Cache):
         if self.pending is not None:
             self.pending[0].discard(file_digest)
             self.pending[1].discard(file_digest)
+
+
+# -- what an edit leaves as it was ------------------------------------------------------------------
+#
+# A buffer's facts are cached by its digest and its chunks' offsets, and its definitions are
+# parsed afresh by every lint: an edit of one definition would redo the whole file. Two memos
+# keep what the edit cannot have changed, both exact:
+#
+# - parses: a chunk's statements are those of its text at its line (the parser sees nothing
+#   else), so they are kept by (text, line, kind) and shared by later lints;
+# - facts: the facts of a chunk of the previous text whose text, line and class are the same in
+#   the new text (before the edited span, or after it when the edit keeps the number of lines)
+#   are given to the new text under the chunk's new offset.
+
+_PARSES_KEPT = 20000
+
+
+def _install_parse_memo() -> None:
+    from ..analysis import project as project_mod
+
+    if getattr(project_mod.parse_chunk, "memo", None) is not None:
+        return
+    original = project_mod.parse_chunk
+    memo: OrderedDict = OrderedDict()
+
+    def parse_chunk(text, chunk, filename="<lint>"):
+        key = (text[chunk.start : chunk.end], chunk.filler, chunk.line, chunk.parent is not None, filename)
+        got = memo.get(key)
+        if got is None:
+            got = memo[key] = original(text, chunk, filename)
+            if len(memo) > _PARSES_KEPT:
+                memo.popitem(last=False)
+        else:
+            memo.move_to_end(key)
+        return list(got[0]), list(got[1])
+
+    parse_chunk.memo = memo
+    project_mod.parse_chunk = parse_chunk
+
+
+def _chunks(text: str) -> dict[str, tuple]:
+    """Every chunk of a text, classes split: key -> (start, extent end, parent head or None)."""
+    from ..analysis.outline import CLASS, build
+
+    ol = build(text)
+    out = {}
+    for chunk in list(ol.top()):
+        kids = ol.children(chunk) if chunk.kind == CLASS else []
+        end = max([chunk.end, chunk.span_end] + [max(k.end, k.span_end) for k in kids])
+        out[chunk.key] = (chunk.start, end, None)
+        for k in kids:
+            out[k.key] = (k.start, max(k.end, k.span_end), (chunk.start, chunk.end))
+    return out
+
+
+def carried_facts(old: str, new: str, old_facts: dict) -> dict:
+    """The facts of `old`'s chunks that hold as they are for `new`, under their keys in `new`."""
+    if not old_facts or old_facts.get("whole") or old == new:
+        return {}
+    n = min(len(old), len(new))
+    p = 0
+    while p < n and old[p] == new[p]:
+        p += 1
+    s = 0
+    while s < n - p and old[-1 - s] == new[-1 - s]:
+        s += 1
+    delta = len(new) - len(old)
+    same_lines = old.count("\n") == new.count("\n") and old.count("\r") == new.count("\r")
+    tail = len(new) - s  # where the unchanged end of `new` starts
+    olds = _chunks(old)
+    out = {}
+    for key, (start, end, parent) in _chunks(new).items():
+        kind = key.split(":", 1)[1]
+        if end <= p and (parent is None or parent[1] <= p):
+            shift = 0
+        elif same_lines and start >= tail and (parent is None or parent[0] >= tail or parent[1] <= p):
+            shift = delta
+        else:
+            continue
+        moved = parent if parent is None or parent[1] <= p else (parent[0] - shift, parent[1] - shift)
+        old_key = f"{start - shift}:{kind}"
+        if olds.get(old_key) == (start - shift, end - shift, moved) and old_key in old_facts:
+            out[key] = old_facts[old_key]
+    return out
 
 
 class _Engine(Engine):
@@ -216,6 +301,8 @@ class Session:
         self.folders: list[Path] = [Path(os.path.abspath(f)) for f in folders or []]
         self.buffers: dict[Path, bytes] = {}  # open documents: their text now
         self.deps: dict[Path, list] = {}  # what each open buffer's last lint read
+        self.texts: dict[Path, tuple[str, str]] = {}  # each buffer's last linted text: (digest, text)
+        _install_parse_memo()
         self._reset()
 
     # -- setup ------------------------------------------------------------------------------------
@@ -268,6 +355,7 @@ class Session:
     def close(self, path: Path) -> None:
         self.buffers.pop(path, None)
         self.deps.pop(path, None)
+        self.texts.pop(path, None)
 
     def lint(self, path: Path, data: bytes | None = None) -> BufferResult:
         """Lint one buffer (its text now, or `data`). Raises ConfigError for a configuration
@@ -284,6 +372,8 @@ class Session:
         if state.project.user_excludes.match_tree(str(path), False):
             out.excluded = True
             return out
+        now = digest(data)
+        self._carry(state, path, now, data)
         engine = state.engine()
         sources = {p: b for p, b in self.buffers.items() if p == path or state.root in p.parents}
         sources[path] = data
@@ -301,12 +391,31 @@ class Session:
         out.warnings.extend(result.warnings)
         # the facts of the buffer's previous text are kept by no file any more
         if state.cache is not None:
-            now = digest(data)
             before = state.buffer_digests.get(path)
             if before is not None and before != now and before not in {m[2] for m in state.cache.stat.values()}:
                 state.cache.forget(before)
             state.buffer_digests[path] = now
         return out
+
+    def _carry(self, state: ProjectState, path: Path, now: str, data: bytes) -> None:
+        """Seeds the facts of the buffer's new text with those its edit left as they were."""
+        from ..analysis.source import DecodeError, decode
+
+        before = self.texts.get(path)
+        try:
+            text = decode(data)
+        except DecodeError:
+            self.texts.pop(path, None)
+            return
+        self.texts[path] = (now, text)
+        if state.cache is None or before is None or before[0] == now:
+            return
+        facts = state.cache.facts()
+        if now in facts:
+            return
+        carried = carried_facts(before[1], text, facts.get(before[0]) or {})
+        if carried:
+            facts[now] = carried
 
     def dependents(self, path: Path, old: bytes | None, new: bytes) -> list[Path]:
         """The other open buffers whose last lint read something of `path` that the change from
