@@ -2,6 +2,7 @@
 `publishDiagnostics` for that version, with the whole vLLM 0.33.0 tree as the workspace.
 
     python bench/lsp_latency.py                              # unpacks ../shared/corpus/vllm-0.33.0.tar.xz
+    python bench/lsp_latency.py --corpus PATH/vllm-0.33.0.tar.xz
     python bench/lsp_latency.py --tree /tmp/vllm-0.33.0      # an unpacked tree
     python bench/lsp_latency.py --file vllm/v1/spec_decode/eagle.py --repeats 20
 
@@ -54,10 +55,10 @@ def fail(message: str) -> None:
     sys.exit(1)
 
 
-def unpack(dest: Path) -> Path:
-    if not CORPUS.is_file():
-        fail(f"{CORPUS}: no such file (give --tree)")
-    with tarfile.open(CORPUS) as tar:
+def unpack(tarball: Path, dest: Path) -> Path:
+    if not tarball.is_file():
+        fail(f"{tarball}: no such file (give --corpus or --tree)")
+    with tarfile.open(tarball) as tar:
         tar.extractall(dest, filter="data")
     (tree,) = [p for p in dest.iterdir() if p.is_dir()]
     return tree
@@ -149,16 +150,17 @@ async def run(tree: Path, rel: str, repeats: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--tree", type=Path, help="an unpacked vLLM 0.33.0 tree (default: unpack the corpus tarball)")
+    ap.add_argument("--corpus", type=Path, default=CORPUS, help=f"the vLLM 0.33.0 tarball to unpack into a temporary folder [default: {CORPUS}]")
+    ap.add_argument("--tree", type=Path, help="an unpacked vLLM 0.33.0 tree instead of the tarball")
     ap.add_argument("--file", default="vllm/v1/spec_decode/llm_base_proposer.py", help="the file to edit, relative to the tree")
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args()
     try:
         import pygls  # noqa: F401
     except ImportError:
-        fail("needs the server extra: pip install 'invariant-check[server]'")
+        fail("needs the server extra (in a checkout: pip install '.[server]')")
     with tempfile.TemporaryDirectory(prefix="lsp-latency-") as tmp:
-        tree = args.tree.resolve() if args.tree else unpack(Path(tmp))
+        tree = args.tree.resolve() if args.tree else unpack(args.corpus, Path(tmp))
         if not (tree / args.file).is_file():
             fail(f"{tree / args.file}: no such file")
         try:

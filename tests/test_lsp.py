@@ -251,7 +251,8 @@ def test_without_pygls_the_server_command_says_what_to_install():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and "pip install 'invariant-check[server]'" in lines[0], done.stderr
+    assert len(lines) == 1 and "`server` extra" in lines[0] and "pip install '.[server]'" in lines[0], done.stderr
+    assert "pygls" in lines[0] and "Traceback" not in done.stderr
     # the linter itself does not need it
     lint = subprocess.run(
         [sys.executable, "-c", "import sys; sys.modules['pygls'] = None; from invariant_check.cli import main; main(['rules'])"],

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import sys
 
-INSTALL_HINT = "pip install 'invariant-check[server]'"
+# invariant-check is on no package index: the extra is installed from where it came from
+INSTALL_HINT = "install invariant-check with its `server` extra (in a checkout: pip install '.[server]')"
 
 
 def main() -> None:
@@ -19,7 +20,7 @@ def main() -> None:
         import pygls  # noqa: F401
     except ImportError as exc:
         missing = getattr(exc, "name", None) or "pygls"
-        print(f"invariant-check: error: the language server needs {missing} (not installed): {INSTALL_HINT}", file=sys.stderr)
+        print(f"invariant-check: error: the language server needs {missing}, which is not installed: {INSTALL_HINT}", file=sys.stderr)
         sys.exit(2)
     from .protocol import serve
 
