@@ -258,7 +258,10 @@ class ProjectState:
         self.options = {r.CODE: cfg.rule_options(r.CODE) for r in self.rules}
         self.cache: _HeldCache | None = None
         if settings.cache:
-            directory = cfg.cache_dir or (self.root / ".invariant-check-cache")
+            from ..envvars import get
+
+            env_dir = get("INVARIANT_CHECK_CACHE_DIR")  # as `lint`: it is --cache-dir's variable
+            directory = Path(env_dir) if env_dir else cfg.cache_dir or (self.root / ".invariant-check-cache")
             analysis = [r.CODE for r in self.rules if not emitted_by_engine(r)]
             key = config_key(
                 analysis, {c: self.options[c] for c in analysis},
