@@ -77,6 +77,15 @@ def unpack(tarball: Path, dest: Path) -> Path:
     return tree
 
 
+def cpu_seconds(pid: int | None) -> float | None:
+    """User + system CPU time of a process so far (Linux), None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def server_command() -> list[str]:
     exe = Path(sys.executable).with_name("invariant-check")
     if exe.is_file():
@@ -130,6 +139,8 @@ async def run(tree: Path, rel: str, repeats: int) -> dict:
         got_at, first = await until(1)
         cold = got_at - t0
         times: dict[str, list[float]] = {kind: [] for kind in EDITS}
+        pid = getattr(getattr(client, "_server", None), "pid", None)
+        cpu: list[float] = []
         version = 1
         lines = text.splitlines(keepends=True)
         middle = len(lines) // 2
@@ -137,12 +148,16 @@ async def run(tree: Path, rel: str, repeats: int) -> dict:
             kind = list(EDITS)[i % len(EDITS)]
             version += 1
             new = EDITS[kind](lines, middle, i)
+            cpu_before = cpu_seconds(pid)
             sent = time.perf_counter()
             client.text_document_did_change(types.DidChangeTextDocumentParams(
                 text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
                 content_changes=[types.TextDocumentContentChangeWholeDocument(text=new)]))
             got_at, diags = await until(version)
             times[kind].append(got_at - sent)
+            cpu_after = cpu_seconds(pid)
+            if cpu_before is not None and cpu_after is not None:
+                cpu.append(cpu_after - cpu_before)
             if len(diags) != len(first):
                 raise RuntimeError(f"an edit ({kind}) changed the findings of {rel}: {len(first)} -> {len(diags)}")
         # positive control
@@ -160,7 +175,7 @@ async def run(tree: Path, rel: str, repeats: int) -> dict:
         client.exit(None)
     finally:
         await client.stop()
-    return {"cold": cold, "times": times, "control": bool(hit), "control_s": control_s,
+    return {"cold": cold, "times": times, "cpu": cpu, "control": bool(hit), "control_s": control_s,
             "control_line": control_line, "first": len(first), "logs": logs}
 
 
@@ -193,6 +208,12 @@ def main() -> None:
             p90 = ts[min(len(ts) - 1, max(0, round(0.9 * len(ts)) - 1))]
             print(f"didChange -> publishDiagnostics, {kind} ({len(ts)}): median {statistics.median(ts):.3f} s, "
                   f"p90 {p90:.3f} s, min {ts[0]:.3f} s, max {ts[-1]:.3f} s (goal {GOAL_S} s)")
+    if out["cpu"]:
+        print(f"server CPU time per edit (user + system, 10 ms ticks): median {statistics.median(out['cpu']):.3f} s, "
+              f"max {max(out['cpu']):.3f} s")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if load is not None:
+        print(f"load average (1 min) at the end: {load:.1f}")
     print(f"positive control (IC002 at line {out['control_line']}): {'reported' if out['control'] else 'MISSING'} "
           f"in {out['control_s']:.3f} s")
     for line in out["logs"]:
