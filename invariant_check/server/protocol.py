@@ -70,6 +70,7 @@ class InvariantCheckServer(LanguageServer):
         self.linted: dict[str, _Linted] = {}
         self.client_settings: Any = None
         self.init_settings: Any = None
+        self.logged: set[str] = set()
 
     # -- logging -----------------------------------------------------------------------------------
     def log(self, message: str, kind: types.MessageType = types.MessageType.Error) -> None:
@@ -85,18 +86,27 @@ class InvariantCheckServer(LanguageServer):
         self.log(f"{what}: internal error: {type(exc).__name__}{': ' + detail if detail else ''}{at}")
 
     # -- settings ------------------------------------------------------------------------------------
-    def apply_settings(self, raw: Any) -> None:
+    def apply_settings(self, raw: Any) -> str | None:
+        """Sets the session up with the client's settings; the error to show, if any (this runs
+        in the lint thread: only the event loop's thread talks to the client)."""
         merged: dict = {}
         for part in (self.init_settings, raw):
             if isinstance(part, dict):
-                inner = part.get(SECTION, part) if isinstance(part.get(SECTION, part), dict) else part
-                merged.update(inner)
+                inner = part.get(SECTION, part)
+                merged.update(inner if isinstance(inner, dict) else part)
+        error = None
         try:
             settings = Settings.from_client(merged)
         except SettingsError as exc:
-            self.show_error(str(exc))
+            error = str(exc)
             settings = Settings()
         self.session.configure(settings, self.folders())
+        return error
+
+    async def settle(self, raw: Any) -> None:
+        error = await asyncio.get_running_loop().run_in_executor(self.executor, self.apply_settings, raw)
+        if error:
+            self.show_error(error)
 
     def folders(self) -> list[Path]:
         out = []
@@ -153,10 +163,15 @@ class InvariantCheckServer(LanguageServer):
         doc = self.workspace.get_text_document(uri)
         text, version = doc.source, doc.version
         data = text.encode("utf-8")
-        old = self.session.buffers.get(path)
         loop = asyncio.get_running_loop()
+
+        def lint() -> tuple[BufferResult, list[Path]]:
+            old = self.session.buffers.get(path)
+            result = self.session.lint(path, data)
+            return result, (self.session.dependents(path, old, data) if dependents else [])
+
         try:
-            result = await loop.run_in_executor(self.executor, self.session.lint, path, data)
+            result, others = await loop.run_in_executor(self.executor, lint)
         except ConfigError as exc:
             self.show_error(str(exc))
             self.publish(uri, version, [])
@@ -168,13 +183,15 @@ class InvariantCheckServer(LanguageServer):
         if uri not in self.workspace.text_documents or now.version != version:
             return  # a newer text is on its way: its lint publishes
         self.linted[uri] = _Linted(version, text, result.findings)
-        for problem in result.problems:
-            self.log(problem)
-        for warning in result.warnings:
-            self.log(warning, types.MessageType.Warning)
+        # each once per session, not on every keystroke
+        for text, kind in [*((p, types.MessageType.Error) for p in result.problems),
+                           *((w, types.MessageType.Warning) for w in result.warnings)]:
+            if text not in self.logged:
+                self.logged.add(text)
+                self.log(text, kind)
         self.publish(uri, version, self.diagnostics(uri, text, result))
         if dependents:
-            for other in self.session.dependents(path, old, data):
+            for other in others:
                 other_uri = from_fs_path(str(other))
                 if other_uri and other_uri in self.workspace.text_documents:
                     await self.lint_now(other_uri, dependents=False)
@@ -233,7 +250,8 @@ class InvariantCheckServer(LanguageServer):
         return out
 
     # -- code actions --------------------------------------------------------------------------------------
-    def code_actions(self, params: types.CodeActionParams) -> list[types.CodeAction]:
+    def code_actions(self, params: types.CodeActionParams, notes: list[tuple[str, types.MessageType]]) -> list[types.CodeAction]:
+        """The actions for a range (in the lint thread: what to log goes to `notes`)."""
         uri = params.text_document.uri
         got = self.linted.get(uri)
         if got is None or uri not in self.workspace.text_documents:
@@ -279,7 +297,7 @@ class InvariantCheckServer(LanguageServer):
                         edit=self._edit(uri, got.version, [types.TextEdit(range=rng, new_text=new)]),
                     ))
         if want_all and any(f.fix is not None and f.fix.applicability == SAFE for f in got.findings):
-            fixed = self._fix_all(uri, got)
+            fixed = self._fix_all(uri, got, notes)
             if fixed is not None and fixed != got.text:
                 end = len(lines)
                 whole = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=end, character=0))
@@ -297,7 +315,7 @@ class InvariantCheckServer(LanguageServer):
                 return [d]
         return None
 
-    def _fix_all(self, uri: str, got: _Linted) -> str | None:
+    def _fix_all(self, uri: str, got: _Linted, notes: list[tuple[str, types.MessageType]]) -> str | None:
         """The text with every safe fix that verifies, in passes, as `lint --fix` makes it."""
         from ..fixes import FixError, run_fixes
 
@@ -314,12 +332,11 @@ class InvariantCheckServer(LanguageServer):
         try:
             out = run_fixes(first, relint, unsafe=False, cwd=state.root, read=lambda _p: data)
         except FixError as exc:
-            self.log(str(exc), types.MessageType.Warning)
+            notes.append((str(exc), types.MessageType.Warning))
             return None
         finally:
             self.session.lint(path, data)  # the model back on the buffer's own text
-        for note in out.notes:
-            self.log(note, types.MessageType.Info)
+        notes.extend((note, types.MessageType.Info) for note in out.notes)
         fixed = out.fixed.get(path)
         return fixed.decode("utf-8") if fixed is not None else None
 
@@ -472,7 +489,9 @@ def build() -> InvariantCheckServer:
     @guarded("initialize")
     def initialize(ls: InvariantCheckServer, params: types.InitializeParams):
         ls.init_settings = params.initialization_options
-        ls.apply_settings(None)
+        error = ls.apply_settings(None)  # no lint runs before initialize returns
+        if error:
+            ls.show_error(error)
 
     @server.feature(types.INITIALIZED)
     @guarded("initialized")
@@ -480,7 +499,7 @@ def build() -> InvariantCheckServer:
         pulled = await ls.pull_settings()
         if pulled is not None:
             ls.client_settings = pulled
-            ls.apply_settings(pulled)
+            await ls.settle(pulled)
             await ls.relint_all()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -493,7 +512,7 @@ def build() -> InvariantCheckServer:
             pulled = await ls.pull_settings()
             raw = pulled if pulled is not None else (raw if isinstance(raw, dict) and raw else ls.client_settings)
         ls.client_settings = raw
-        await asyncio.get_running_loop().run_in_executor(ls.executor, ls.apply_settings, raw)
+        await ls.settle(raw)
         await ls.relint_all()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_WORKSPACE_FOLDERS)
@@ -561,7 +580,12 @@ def build() -> InvariantCheckServer:
     )
     @guarded("codeAction")
     async def code_action(ls: InvariantCheckServer, params: types.CodeActionParams):
-        return await asyncio.get_running_loop().run_in_executor(ls.executor, ls.code_actions, params)
+        notes: list = []
+        try:
+            return await asyncio.get_running_loop().run_in_executor(ls.executor, ls.code_actions, params, notes)
+        finally:
+            for note, kind in notes:
+                ls.log(note, kind)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @guarded("hover")
