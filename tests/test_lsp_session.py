@@ -140,3 +140,24 @@ def test_settings_from_the_client_are_checked():
         Settings.from_client({"ignore": ["IC999"]})
     with pytest.raises(SettingsError, match="debounce-ms"):
         Settings.from_client({"debounceMs": -1})
+
+
+def test_extra_paths_of_the_configuration_answer_imports_and_a_reconfigure_rereads_it(tmp_path):
+    # the base class lives outside the project: found through `extra-paths`, as by `lint`
+    outside, proj = tmp_path / "outside", tmp_path / "proj"
+    outside.mkdir()
+    proj.mkdir()
+    (outside / "basemod.py").write_text("class Base:\n    def forward(self, x):\n        return x\n")
+    model = proj / "model.py"
+    model.write_text("from basemod import Base\n\n\nclass M(Base):\n    def set_skip_topk(self, s):\n        self.s = s\n")
+    (proj / "pyproject.toml").write_text('[tool.invariant-check]\nextra-paths = ["../outside"]\n')
+    session = Session(folders=[proj])
+    assert [f.rule for f in session.lint(model).findings] == ["IC003"]
+    # without it the base is unknown and IC003 stays silent; the session reads the file again
+    (proj / "pyproject.toml").write_text("[tool.invariant-check]\n")
+    session.configure()
+    assert session.lint(model).findings == []
+    # the client's `config` setting: one configuration for every file, relative to the folder
+    (proj / "other.toml").write_text('extra-paths = ["../outside"]\n')
+    session.configure(Settings(config="other.toml"))
+    assert [f.rule for f in session.lint(model).findings] == ["IC003"]
