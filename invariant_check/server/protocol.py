@@ -179,16 +179,15 @@ class InvariantCheckServer(LanguageServer):
         except Exception as exc:
             self.log_exception(f"{path}", exc)
             return
-        now = self.workspace.get_text_document(uri)
-        if uri not in self.workspace.text_documents or now.version != version:
-            return  # a newer text is on its way: its lint publishes
+        if uri not in self.workspace.text_documents or self.workspace.get_text_document(uri).version != version:
+            return  # closed, or a newer text is on its way: its lint publishes
         self.linted[uri] = _Linted(version, text, result.findings)
         # each once per session, not on every keystroke
-        for text, kind in [*((p, types.MessageType.Error) for p in result.problems),
-                           *((w, types.MessageType.Warning) for w in result.warnings)]:
-            if text not in self.logged:
-                self.logged.add(text)
-                self.log(text, kind)
+        for message, kind in [*((p, types.MessageType.Error) for p in result.problems),
+                              *((w, types.MessageType.Warning) for w in result.warnings)]:
+            if message not in self.logged:
+                self.logged.add(message)
+                self.log(message, kind)
         self.publish(uri, version, self.diagnostics(uri, text, result))
         if dependents:
             for other in others:
@@ -299,8 +298,8 @@ class InvariantCheckServer(LanguageServer):
         if want_all and any(f.fix is not None and f.fix.applicability == SAFE for f in got.findings):
             fixed = self._fix_all(uri, got, notes)
             if fixed is not None and fixed != got.text:
-                end = len(lines)
-                whole = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=end, character=0))
+                # the whole text: from its start to the end of its last line
+                whole = self.to_range(lines, 1, 1, len(lines), len(lines[-1]) + 1)
                 actions.append(types.CodeAction(
                     title="invariant-check: fix all safe",
                     kind=FIX_ALL_KIND,
