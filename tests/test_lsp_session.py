@@ -161,3 +161,20 @@ def test_extra_paths_of_the_configuration_answer_imports_and_a_reconfigure_rerea
     (proj / "other.toml").write_text('extra-paths = ["../outside"]\n')
     session.configure(Settings(config="other.toml"))
     assert [f.rule for f in session.lint(model).findings] == ["IC003"]
+
+
+def test_files_outside_the_workspace_folders_get_the_project_of_their_own_folder(tmp_path):
+    # two unconfigured trees, no workspace folder: each file's project is found from its own
+    # folder, as `lint -` run there finds it (one does not take the other's root)
+    a, b = tmp_path / "a" / "pkg", tmp_path / "b" / "pkg"
+    for d in (a, b):
+        d.mkdir(parents=True)
+        (d / "__init__.py").write_text("")
+    (a / "base.py").write_text("class Base:\n    def compact_topk_indices(self, rows):\n        return rows\n")
+    (b / "base.py").write_text("class Base:\n    pass\n")
+    text = b"from pkg.base import Base\n\n\nclass M(Base):\n    def set_skip_topk(self, s):\n        self.s = s\n"
+    session = Session()
+    assert session.lint(a / "model.py", text).findings == []
+    assert [f.rule for f in session.lint(b / "model.py", text).findings] == ["IC003"]
+    assert session.state_for(a / "model.py").root == tmp_path / "a"
+    assert session.state_for(b / "model.py").root == tmp_path / "b"

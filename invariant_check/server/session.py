@@ -310,8 +310,8 @@ class Session:
 
     # -- setup ------------------------------------------------------------------------------------
     def _reset(self) -> None:
-        self._indexes: dict[Path | None, ProjectIndex] = {}
-        self._states: dict[int, ProjectState] = {}
+        self._indexes: dict[Path, ProjectIndex] = {}
+        self._states: dict[tuple[str, str], ProjectState] = {}
         s = self.settings
         self.selection = Selection(select=s.select, extend_select=list(s.extend_select), ignore=list(s.ignore))
 
@@ -336,7 +336,9 @@ class Session:
     def state_for(self, path: Path) -> ProjectState:
         """The project a file belongs to, set up on first use. Raises ConfigError."""
         folder = self.folder_of(path)
-        index = self._indexes.get(folder)
+        # outside every workspace folder: the file's own folder decides, as `lint -` there
+        key = folder if folder is not None else path.parent
+        index = self._indexes.get(key)
         if index is None:
             config = Path(os.path.expanduser(self.settings.config)) if self.settings.config else None
             if config is not None and not config.is_absolute():
@@ -344,11 +346,13 @@ class Session:
             # a file without configuration: its workspace folder's project, as `lint` run
             # there (else the file's own, as `lint -` finds it)
             index = ProjectIndex(config, folder or path.parent, [str(folder or path)])
-            self._indexes[folder] = index
+            self._indexes[key] = index
         project = index.for_folder(str(path.parent))
-        state = self._states.get(id(project))
+        # one state per configuration and root, whichever folder's index found it
+        skey = (str(project.config.source), str(project.config.root))
+        state = self._states.get(skey)
         if state is None:
-            state = self._states[id(project)] = ProjectState(project, self.settings, self.selection)
+            state = self._states[skey] = ProjectState(project, self.settings, self.selection)
         return state
 
     # -- buffers -----------------------------------------------------------------------------------
