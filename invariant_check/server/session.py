@@ -144,7 +144,7 @@ class _HeldCache(Cache):
 #   the new text (before the edited span, or after it when the edit keeps the number of lines)
 #   are given to the new text under the chunk's new offset.
 
-_PARSES_KEPT = 20000
+_PARSES_KEPT = 1000  # chunks (a long session edits many texts; an edited chunk is a new entry)
 
 
 def _install_parse_memo() -> None:
