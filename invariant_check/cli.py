@@ -299,6 +299,15 @@ def _explain(rule, fmt="auto", pager=True, examples=False):
     show(markdown(all_rules()[codes[0]], examples), fmt, pager)
 
 
+@main.command()
+@click.option("--stdio", is_flag=True, help="Talk over standard input/output (the only transport; for clients that pass it).")
+def server(stdio):
+    """Run the language server (LSP) over standard input/output; needs the `server` extra."""
+    from .server import main as serve
+
+    _guarded(serve)
+
+
 def _add_runtime_commands() -> None:
     # The guard commands import vLLM lazily inside their bodies; defining them here is cheap.
     try:

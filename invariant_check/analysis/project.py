@@ -287,7 +287,10 @@ class Module:
         if chunk.kind == CLASS and chunk.parent is None:
             self.outline.children(chunk)  # facts of a class head are those of the split head
         key = chunk.key
-        if stored is not None and key in stored and not self.outline.whole:
+        # a whole-file outline (built so from the bytes, or recorded as such) names its one
+        # chunk as the head: its facts are those stored; an outline turned whole by a parse that
+        # failed in this run reads them only once the store knows the file is whole
+        if stored is not None and key in stored and (not self.outline.whole or self._whole is None or stored.get("whole")):
             raw = stored[key]
             if isinstance(raw, ChunkFacts):
                 got = raw
