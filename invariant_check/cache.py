@@ -31,15 +31,22 @@ from . import __version__
 from .records import Outcome
 
 FORMAT = 4
+# Subpackages whose code decides no finding (the Triton kernel, the bundled models, the runtime
+# guards); the rules are added from their own folder, wherever they are installed.
+_NOT_LINT_CODE = {"compaction", "models", "runtime_guards", "rules"}
 
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
     """A hash of the source of everything that decides findings: the analysis layer, the
     rules and their fixes, the engine's stages. Part of every cache key."""
-    pkg = Path(__file__).resolve().parent
+    import invariant_check
+
+    pkg = Path(invariant_check.__file__).resolve().parent  # the package root, wherever this module sits
     h = hashlib.blake2b(digest_size=12)
-    folders = [pkg, pkg / "analysis"]
+    # every folder of the linter's code below the package root (its subpackages by stage), but
+    # not the bundled models (data, read as source) or the runtime parts
+    folders = [pkg] + sorted(p.parent for p in pkg.glob("*/__init__.py") if p.parent.name not in _NOT_LINT_CODE)
     try:
         from . import rules as rules_pkg
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
 from functools import lru_cache
@@ -72,3 +73,43 @@ def padded_code(token: str) -> str | None:
         return None
     code = f"IC{int(m.group(1)):03d}"
     return code if code in all_rules() else None
+
+
+# -- a code or a name, as a suppression comment or a --select option writes it ------------------
+
+
+def _rule_index() -> tuple[dict[str, str], dict[str, str]]:
+    rules = all_rules()
+    return {c.upper(): c for c in rules}, {r.NAME.lower(): c for c, r in rules.items() if r.NAME}
+
+
+def named_rule(token: str) -> str | None:
+    """The rule a token names, whatever its case (the spelling is checked separately: see
+    `canonical_token`). Prefixes name nothing here (unlike --select): a suppression should say
+    exactly what it silences."""
+    by_code, by_name = _rule_index()
+    return by_code.get(token.upper()) or by_name.get(token.lower())
+
+
+def canonical_token(token: str) -> str | None:
+    """The one accepted spelling of a token that names a rule: its code in upper case, or its
+    name in lower case (whichever the token is)."""
+    code = named_rule(token)
+    if code is None:
+        return None
+    by_code, _ = _rule_index()
+    return code if token.upper() in by_code else token.lower()
+
+
+def suggested_code(token: str) -> str | None:
+    """The rule a misspelt token most likely means (a code written without its zeros, a close
+    code or name), or None."""
+    padded = padded_code(token)
+    if padded is not None:
+        return padded
+    by_code, by_name = _rule_index()
+    for pool, key in ((by_code, token.upper()), (by_name, token.lower())):
+        close = difflib.get_close_matches(key, list(pool), n=1, cutoff=0.6)
+        if close:
+            return close[0] if pool is by_name else pool[close[0]]
+    return None

@@ -27,6 +27,11 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 
+from .registry import _rule_index
+from .registry import canonical_token as canonical
+from .registry import named_rule as resolve
+from .registry import suggested_code as suggestion
+
 MARKER = b"invariant-check:"
 # Bumped when the comment syntax changes: the cache remembers which files hold a marker.
 SYNTAX_VERSION = 3
@@ -135,45 +140,8 @@ class FileSuppressions:
 
 
 # -- resolving codes and names ------------------------------------------------------------------
-
-
-def _rule_index() -> tuple[dict[str, str], dict[str, str]]:
-    from .registry import all_rules
-
-    rules = all_rules()
-    return {c.upper(): c for c in rules}, {r.NAME.lower(): c for c, r in rules.items() if r.NAME}
-
-
-def resolve(token: str) -> str | None:
-    """The rule a token names, whatever its case (the spelling is checked separately: see
-    `canonical`). Prefixes name nothing here (unlike --select): a suppression should say
-    exactly what it silences."""
-    by_code, by_name = _rule_index()
-    return by_code.get(token.upper()) or by_name.get(token.lower())
-
-
-def canonical(token: str) -> str | None:
-    """The one accepted spelling of a token that names a rule: its code in upper case, or its
-    name in lower case (whichever the token is)."""
-    code = resolve(token)
-    if code is None:
-        return None
-    by_code, _ = _rule_index()
-    return code if token.upper() in by_code else token.lower()
-
-
-def suggestion(token: str) -> str | None:
-    from .registry import padded_code
-
-    padded = padded_code(token)
-    if padded is not None:
-        return padded
-    by_code, by_name = _rule_index()
-    for pool, key in ((by_code, token.upper()), (by_name, token.lower())):
-        close = difflib.get_close_matches(key, list(pool), n=1, cutoff=0.6)
-        if close:
-            return close[0] if pool is by_name else pool[close[0]]
-    return None
+# The registry resolves a code or a name to a rule (the rules' fix builders ask it too): the
+# grammar uses it as `resolve`, `canonical` and `suggestion` (imported above).
 
 
 # -- reading comments -------------------------------------------------------------------------

@@ -3,22 +3,19 @@ from __future__ import annotations
 import ast
 from typing import Any, Iterator
 
-from invariant_check.analysis.facts import last_name, ref, target_names, walk_local
+from invariant_check.analysis.facts import last_name, ref
 from invariant_check.analysis.fields import (
     FieldFlow,
     Passed,
     bound_offset,
     canonical,
-    direction,
     fills,
-    local_increment,
     flows_to,
     parameter_index,
     resolve_call,
-    updating_loops,
     writes_at,
 )
-from invariant_check.analysis.flow import Loop, atoms_of
+from invariant_check.analysis.flow import Loop
 from invariant_check.analysis.objects import (
     aliases_of,
     bound_value,
@@ -36,6 +33,13 @@ from invariant_check.analysis.needs import (
 )
 from invariant_check.analysis.needs import Any as AnyOf
 from invariant_check.analysis.project import FunctionInfo
+from invariant_check.analysis.steps import (
+    advances_fields,
+    changed_before_use,
+    loop_calls_and_aliases,
+    passed_values,
+    skipping_branches,
+)
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
 from invariant_check.types import Fix, Invalid, Option, Valid
@@ -717,13 +721,13 @@ def draft(self, per_layer_attn_metadata, positions):
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         func = view.node
-        calls, aliases = _scan(func)
+        calls, aliases = loop_calls_and_aliases(func)
         bound = partials(func) if any(isinstance(c.func, ast.Name) for c in calls) else {}
         # cheap first: a loop that passes a metadata name to some call
         names: set[str] = set()
         snapshots: set[str] = set()
         for call in calls:
-            for arg in _passed(through_partial(call, bound) if bound else call):
+            for arg in passed_values(through_partial(call, bound) if bound else call):
                 spelled = canonical(ref(arg), aliases)
                 if spelled and self.metadata.matches(spelled.rsplit(".", 1)[-1]):
                     names.add(spelled)
@@ -750,90 +754,6 @@ def draft(self, per_layer_attn_metadata, positions):
 
 def _metadata_names(options: dict[str, Any]) -> Names:
     return Names(options["metadata-names"], case_sensitive=False)
-
-
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-_LOOPS = (ast.For, ast.AsyncFor, ast.While)
-
-
-def _scan(func: ast.AST) -> tuple[list[ast.Call], dict[str, str]]:
-    """The calls inside the function's loops (its own scope), and its local aliases (names
-    bound once, by a plain assignment, to a dotted value; not parameters). Expressions are
-    walked inside loops only: most functions that pass metadata around have none."""
-    calls: list[ast.Call] = []
-    bound: dict[str, set[str | None]] = {}
-    args = getattr(func, "args", None)
-    params: set[str] = set()
-    if args is not None:
-        params = {a.arg for a in (args.posonlyargs + args.args + args.kwonlyargs)}
-        params |= {a.arg for a in (args.vararg, args.kwarg) if a is not None}
-
-    def bind(target: ast.AST, value: str | None) -> None:
-        # only the names a target binds: `md.seq_lens += 1` writes a field of `md`, it does
-        # not bind `md` to something else
-        for name in target_names(target):
-            bound.setdefault(name, set()).add(value if isinstance(target, ast.Name) else None)
-
-    def loop_calls(loop: ast.AST) -> None:
-        stack = list(ast.iter_child_nodes(loop))
-        while stack:
-            node = stack.pop()
-            if isinstance(node, _SCOPES):
-                continue
-            if isinstance(node, ast.Call):
-                calls.append(node)
-            elif isinstance(node, ast.NamedExpr):
-                bind(node.target, None)
-            stack.extend(ast.iter_child_nodes(node))
-
-    def block(body: list, in_loop: bool) -> None:
-        for st in body:
-            if isinstance(st, _SCOPES):
-                bound.setdefault(st.name, set()).add(None)
-                continue
-            if isinstance(st, ast.Assign):
-                for t in st.targets:
-                    bind(t, ref(st.value) if len(st.targets) == 1 else None)
-            elif isinstance(st, (ast.AnnAssign, ast.AugAssign)):
-                bind(st.target, ref(st.value) if isinstance(st, ast.AnnAssign) and st.value is not None else None)
-            elif isinstance(st, (ast.For, ast.AsyncFor)):
-                bind(st.target, None)
-            elif isinstance(st, (ast.With, ast.AsyncWith)):
-                for item in st.items:
-                    if item.optional_vars is not None:
-                        bind(item.optional_vars, None)
-            elif isinstance(st, (ast.Import, ast.ImportFrom)):
-                for alias in st.names:
-                    bound.setdefault((alias.asname or alias.name).split(".")[0], set()).add(None)
-            is_loop = isinstance(st, _LOOPS)
-            if is_loop and not in_loop:
-                loop_calls(st)
-            for name in ("body", "orelse", "finalbody"):
-                inner = getattr(st, name, None)
-                if isinstance(inner, list):
-                    block(inner, in_loop or is_loop)
-            for handler in getattr(st, "handlers", None) or []:
-                if handler.name:
-                    bound.setdefault(handler.name, set()).add(None)
-                block(handler.body, in_loop or is_loop)
-            for case in getattr(st, "cases", None) or []:
-                block(case.body, in_loop or is_loop)
-
-    block(getattr(func, "body", []), False)
-    aliases = {}
-    for name, values in bound.items():
-        if len(values) == 1 and name not in params:
-            (value,) = values
-            if value is not None and value != name and not value.startswith(name + "."):
-                aliases[name] = value
-    return calls, aliases
-
-
-def _passed(call: ast.Call) -> Iterator[ast.AST]:
-    for arg in call.args:
-        yield arg.value if isinstance(arg, ast.Starred) else arg
-    for kw in call.keywords:
-        yield kw.value
 
 
 class _Judge:
@@ -863,7 +783,7 @@ class _Judge:
         return got
 
     def _receives(self, call: ast.Call, md: str) -> bool:
-        return any(canonical(ref(a), self.aliases) == md for a in _passed(call))
+        return any(canonical(ref(a), self.aliases) == md for a in passed_values(call))
 
     def _params_receiving(self, call: ast.Call, fn: FunctionInfo, md: str) -> list[int]:
         offset = bound_offset(call.func, fn)
@@ -893,44 +813,10 @@ class _Judge:
         return got
 
     def _is_advance(self, n: int) -> bool:
-        node = self.flow.nodes[n]
         rule = self.rule
-        if node.kind == "bind" and node.name in rule.fields:
-            stmt = node.node
-            if isinstance(stmt, ast.AugAssign):
-                return isinstance(stmt.op, ast.Add)
-            # `positions = positions + 1`
-            return isinstance(stmt, ast.Assign) and direction(stmt.value, node.name, self.aliases) == 1
-        if node.kind not in ("call", "store"):
-            return False
-        for w in writes_at(self.flow, n, self.aliases):
-            if w.field in rule.fields and w.sign == 1 and w.kind == "set":
-                return True
-        if node.kind != "call":
-            return False
-        call = self.call_at(n)
-        if local_increment(call) in rule.fields:
-            return True  # `positions.add_(1)`, `torch.add(positions, 1, out=positions)`
-        _, fn = self.target(call)
-        if last_name(call.func) in rule.advancing:
-            # a project function of that name advances only if it touches the inputs: a
-            # multi-module MTP shifts token ids between modules at the same positions
-            return fn is None or _touches(self.summaries, fn, rule.fields, rule.depth)
-        if fn is None:
-            return False
-        advancing = rule.advancing
-        if self.summaries.reaches(fn, lambda c: c.name in advancing, f"advances:{sorted(advancing)}"):
-            return True
-        for i in range(len(fn.facts.params)):
-            for attr, op, delta in self.summaries.fields_written(fn, i):
-                if attr in rule.fields and _increments(op, delta):
-                    return True
-        # or a helper it calls increments one, on whatever object (`self.input_buffers`)
-        fields = rule.fields
-        return self.summaries.reaches(
-            fn, lambda c: False, f"increments:{sorted(fields)}",
-            own=lambda facts: any(st.attr in fields and _increments(st.op, st.delta) for st in facts.stores),
-        )
+        return advances_fields(self.flow, n, fields=rule.fields, advancing=rule.advancing, depth=rule.depth,
+                               summaries=self.summaries, aliases=self.aliases, call_at=self.call_at,
+                               resolve=lambda call: self.target(call)[1])
 
     def links(self, md: str) -> set[str]:
         """`md` and what holds the same object or its entries (`per_layer = {k: md ...}`,
@@ -1007,6 +893,8 @@ class _Judge:
 
     # -- paths ------------------------------------------------------------------------------------
     def stale_uses(self, md: str) -> Iterator[tuple[Loop, int, int]]:
+        """(loop, advance, forward): the inputs advance and the loop's next forward is given
+        `md` with no rebuild or refresh of it in between."""
         flow = self.flow
         members: set[int] = set()
         for loop in flow.loops:
@@ -1014,11 +902,6 @@ class _Judge:
         forwards = [n for n in sorted(members) if self.is_forward(n, md)]
         if not forwards:
             return
-        fwd_set = set(forwards)
-        # advances matter only in the loops that run such a forward (their outermost loop)
-        members = set()
-        for n in forwards:
-            members |= flow.loops_of(n)[0].members
         refresh_memo: dict[int, bool] = {}
 
         def refresh(n: int) -> bool:
@@ -1027,78 +910,10 @@ class _Judge:
                 got = refresh_memo[n] = self.is_refresh(n, md)
             return got
 
-        guarded = self._guarded_branches(refresh)
-        # only events from which a forward is reached without a refresh can matter: found
-        # backwards from each forward, before anything is resolved to ask if it advances
-        reach: set[int] = set()
-        for f in forwards:
-            outer_f = flow.loops_of(f)[0]
-            heads_f = updating_loops(flow, f, refresh)
-
-            def back(node, outer=outer_f, heads=heads_f):
-                i = node.index
-                if i != outer.head and i not in outer.members:
-                    return "exit"
-                if refresh(i) or i in heads:
-                    return "refresh"
-                if node.kind == "cond" and i in guarded:
-                    return "assumed"
-                reach.add(i)
-                return "fwd" if i in fwd_set else None
-
-            flow.search(f, False, back)
-        # a forward that also advances runs the step, then prepares the next one's inputs; a
-        # refresh that also advances moves the metadata with its inputs
-        advances = [n for n in sorted(members & reach) if n not in fwd_set and self.is_advance(n) and not refresh(n)]
-        advances += [n for n in forwards if self.is_advance(n)]
-        for a in advances:
-            loops = flow.loops_of(a)
-            outer = loops[0]
-            heads = updating_loops(flow, a, refresh)
-
-            def stop(node, outer=outer, heads=heads, a=a):
-                i = node.index
-                if i != outer.head and i not in outer.members:
-                    return "exit"
-                if i in fwd_set:  # also `a` itself, met again on the next step
-                    return "fwd"
-                if refresh(i) or i in heads:
-                    return "refresh"
-                if node.kind == "cond" and i in guarded:
-                    return "assumed"
-                return None
-
-            paths = flow.search(a, True, stop, flow.known_at(a))
-            for path in paths.get("fwd", []):
-                hit = path[-1]
-                common = [l for l in loops if hit in l.members]
-                if common:
-                    yield common[-1], a, hit
-                    break
-
-    def _guarded_branches(self, refresh) -> set[int]:
-        """Cond events of the branch that skips a refresh, for `if` tests the source cannot
-        decide (not only the loop counters): taken as never taken when the inputs moved."""
-        flow = self.flow
-        counters = _counters(self.func)
-        by_test: dict[int, list[int]] = {}
-        for node in flow.nodes:
-            if node.kind == "cond":
-                by_test.setdefault(id(node.node), []).append(node.index)
-        refreshed = {id(flow.nodes[n].node) for n in range(len(flow.nodes)) if refresh(n)}
-        out: set[int] = set()
-        for sub in walk_local(self.func):
-            if not isinstance(sub, ast.If):
-                continue
-            in_body = _holds(sub.body, refreshed)
-            in_else = _holds(sub.orelse, refreshed)
-            if in_body == in_else or _reads_only(sub.test, counters):
-                continue
-            skip = atoms_of(sub.test, not in_body)
-            for n in by_test.get(id(sub.test), []):
-                if flow.nodes[n].atoms == skip:
-                    out.add(n)
-        return out
+        # an `if` the source cannot decide that skips a refresh: taken as not taken when the
+        # inputs moved
+        assumed = skipping_branches(flow, self.func, refresh)
+        yield from changed_before_use(flow, forwards, refresh, self.is_advance, assumed)
 
     # -- words ---------------------------------------------------------------------------------------
     def report(self, loop: Loop, md: str, advance: int, forward: int) -> Report:
@@ -1122,65 +937,10 @@ class _Judge:
         return Report(loop.node, message, hint, data)
 
 
-def _increments(op: str, delta: int | None) -> bool:
-    return op in ("+=", "add_") or (op in ("=", "replace") and delta is not None and delta > 0)
-
-
-def _touches(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> bool:
-    """Whether a function, or one it calls (`depth` deep), reads or writes an advanced field
-    (an attribute or a name): what an advancing kernel launch is given."""
-    seen: set[tuple[str, str]] = set()
-    stack = [(fn, depth)]
-    while stack:
-        cur, d = stack.pop()
-        ident = (str(cur.module.path), cur.qual)
-        if ident in seen:
-            continue
-        seen.add(ident)
-        node = cur.node()
-        if node is None or any(p in fields for p in cur.facts.params):
-            return True
-        for sub in walk_local(node):
-            if isinstance(sub, ast.Attribute) and sub.attr in fields:
-                return True
-            if isinstance(sub, ast.Name) and sub.id in fields:
-                return True
-        if d > 0:
-            stack.extend((c.function, d - 1) for c in summaries.callees(cur) if c.function is not None)
-    return False
-
-
 def _event_text(view: FunctionView, node) -> str:
     if node.kind == "call":
         return f"{view.text(node.node.func)}(...)"
     return view.text(node.node)
-
-
-def _holds(body: list[ast.stmt], ids: set[int]) -> bool:
-    for st in body:
-        for sub in ast.walk(st):
-            if id(sub) in ids:
-                return True
-    return False
-
-
-def _counters(func: ast.AST) -> set[str]:
-    """Names a loop of the function counts with: `for` targets, names augmented in a `while`."""
-    out: set[str] = set()
-    for sub in walk_local(func):
-        if isinstance(sub, (ast.For, ast.AsyncFor)):
-            out.update(n.id for n in ast.walk(sub.target) if isinstance(n, ast.Name))
-        elif isinstance(sub, ast.While):
-            for inner in walk_local(sub):
-                if isinstance(inner, ast.AugAssign) and isinstance(inner.target, ast.Name):
-                    out.add(inner.target.id)
-    return out
-
-
-def _reads_only(test: ast.AST, counters: set[str]) -> bool:
-    names = {n.id for n in ast.walk(test) if isinstance(n, ast.Name)}
-    attrs = [n for n in ast.walk(test) if isinstance(n, (ast.Attribute, ast.Call, ast.Subscript))]
-    return bool(names) and names <= counters and not attrs
 
 
 __all__ = ["DraftMetadataNotRefreshed"]

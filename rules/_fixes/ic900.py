@@ -12,14 +12,13 @@ import io
 import re
 import tokenize
 
+from invariant_check.registry import named_rule
 from invariant_check.types import SAFE, Edit, Fix
 
 
 def build(directive, idle: set[str] | None, text: str) -> Fix | None:
     """`idle`: the codes of the comment that suppress nothing (None: a bare `ignore`);
     `text`: the file's decoded text (`\\n` line endings)."""
-    from invariant_check import suppressions
-
     comment = _comment_at(text, directive.line, directive.column)
     if comment is None:
         return None
@@ -29,7 +28,7 @@ def build(directive, idle: set[str] | None, text: str) -> Fix | None:
         return None
     kept = None
     if idle is not None:
-        kept = _kept(directive, idle, suppressions)
+        kept = _kept(directive, idle)
     if kept:
         new_directive = kept
         new_body = body[:at] + new_directive + body[at + len(directive.text) :]
@@ -57,7 +56,7 @@ _NOQA = re.compile(r"#[ \t]*noqa\b[ \t]*[:=]?[ \t]*(?P<codes>[^#]*)", re.I)
 _BRACKET = re.compile(r"\[(?P<codes>[^\]#]*)\]")
 
 
-def _kept(directive, idle: set[str], suppressions) -> str | None:
+def _kept(directive, idle: set[str]) -> str | None:
     """The directive with the idle codes taken out, or None when no code of ours is left (a
     `# noqa` that keeps only other tools' codes is kept for them)."""
     text = directive.text
@@ -66,7 +65,7 @@ def _kept(directive, idle: set[str], suppressions) -> str | None:
         return None
     body = m.group("codes")
     tokens = [t for t in re.split(r"[,\s]+", body.strip()) if t]
-    left = [t for t in tokens if (suppressions.resolve(t) or t) not in idle]
+    left = [t for t in tokens if (named_rule(t) or t) not in idle]
     if directive.kind == "noqa":
         if not left:
             return None
