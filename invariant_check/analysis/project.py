@@ -1078,7 +1078,14 @@ class Project:
                 return Symbol("external", f"{base}.{attr}" if base else attr)
             if target is module and not module.is_package:
                 return UNKNOWN
-            return self.attribute(Symbol("module", target.name, target), attr, depth + 1)
+            got = self.attribute(Symbol("module", target.name, target), attr, depth + 1)
+            if got.kind == "unknown" and not level:
+                # a package read from outside (the environment) while the project holds the
+                # submodule: `from vllm.v1.spec_decode import helpers` with helpers.py in-tree
+                sub = self.find_module(f"{mod_name}.{attr}", module, probe=True)
+                if sub is not None:
+                    return Symbol("module", sub.name, sub)
+            return got
         if kind == "alias" and how[1] and how[1] != name:
             return self.resolve(module, how[1], None, depth + 1)
         return UNKNOWN

@@ -30,6 +30,8 @@ from .project import ClassInfo, FunctionInfo
 from .topk import topk_gathers
 from .views import FunctionView
 
+import os
+_TRACE = bool(os.environ.get('IC002_TRACE'))
 CALLER_DEPTH = 2  # how many callers up a window may extend (hook -> propose -> caller)
 
 
@@ -224,6 +226,8 @@ class Window:
                 last = uncovered[0][-1]
                 verdict.next_forward = view.text(flow.nodes[last].node.func)
             sides.append((uncovered, ends))
+            if _TRACE:
+                print("TRACE", "fwd" if forward else "back", {k: [[(flow.nodes[i].node.lineno if i >= 0 and flow.nodes[i].node is not None and hasattr(flow.nodes[i].node, 'lineno') else i) for i in p[-1:]] for p in v] for k, v in paths.items()})
         # step 0 ran in this function: every path into the switch comes from a forward
         proposal = bool(sides[0][0]) and not sides[0][1]
         for forward, (uncovered, ends) in zip((False, True), sides):
@@ -234,6 +238,8 @@ class Window:
                 return verdict
             # the window goes on in the callers
             outcome = self._through_callers(fn, forward, known, CALLER_DEPTH, verdict)
+            if _TRACE:
+                print("TRACE callers", forward, outcome, verdict.via)
             if outcome == "covered":
                 verdict.ok = True
                 return verdict
