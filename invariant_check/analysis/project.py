@@ -651,6 +651,9 @@ class ClassInfo:
                         continue
                     head, dot, rest = how[1].partition(".")
                     alias = fn.aliases.get(head)
+                    if alias is None and head in fn.params[1:]:
+                        # a parameter the method also stores on self: `self.model = model`
+                        alias = next((f"self.{a}" for a, h in fn.self_attrs.items() if h == ["ref", head]), None)
                     return (alias + dot + rest) if alias else how[1]
         return None
 

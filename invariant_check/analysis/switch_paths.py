@@ -23,7 +23,7 @@ from typing import Any, Iterator
 
 from .facts import call_fact, last_name, literal_kind, ref, walk_local
 from .fields import FieldFlow
-from .flow import Flow
+from .flow import ENTRY, EXIT, Flow
 from .needs import Names, Words
 from .objects import partials, through_partial
 from .project import ClassInfo, FunctionInfo
@@ -103,11 +103,15 @@ class Window:
         self.flow = flow
         self.switch = switch  # the call in the flow
         made = made if made is not None else switch  # the call of the switch it makes (through a partial)
+        self.made = made
         self.summaries = view.ctx.summaries(rule.depth)
         self.receiver = receiver or (ref(made.func.value) if isinstance(made.func, ast.Attribute) else None)
         self.owner = view.owner()
         self.canon_receiver = canonical_name(self.receiver, dotted_aliases(view.node)) if self.receiver else None
         self._loop_hits: dict[tuple[int, int], bool] = {}
+        self._effects: dict[tuple, tuple[str | None, str | None]] = {}
+        self._known: dict[str, bool] = {}
+        self._flow_known: dict[int, dict[str, bool]] = {}
         self._per_function: dict[int, tuple[dict, set[int]]] = {}
 
     def _locals(self, flow: Flow) -> tuple[dict, set[int]]:
@@ -138,6 +142,11 @@ class Window:
                 seen = flow.iteration(loop, lambda n: self.classify(n, aliases, fn, self_cls, flow, True, start))
                 got = self._loop_hits[key] = "hit" in seen and not seen & {"fwd", "mixed", "end"}
             return "hit" if got else None
+        if node.kind == "exit":
+            return self._exit_effect(fn, node.node, self_cls, forward, self.rule.depth)
+        if node.kind == "yield":
+            # a `@contextmanager` generator: its caller's `with` block runs here
+            return "end" if fn is not None and self._is_context_manager(fn) else None
         if node.kind != "call":
             return None
         call = node.node
@@ -159,27 +168,181 @@ class Window:
             return None
         if name == rule.compaction:
             recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            if identity_rows(call):
+                return None  # rows 0..n-1 gathered onto themselves: nothing moves
             return "hit" if self._same_model(canonical_name(recv, aliases) if recv else None) else None
         callee = ref(call.func)
+        if callee is None and isinstance(call.func, ast.Subscript):
+            # a module held in a container of the model: `draft_model.mtp_layers[0](...)`
+            held = ref(call.func.value)
+            held = canonical_name(held, aliases) if held else None
+            if held is not None and any(held == o or held.startswith(o + ".") for o in self._owners()):
+                return "fwd"
         canon = canonical_name(callee, aliases) if callee else None
-        if name in rule.forward_names or (canon is not None and canon in self._owners()):
+        if canon is not None and canon in self._owners():
             return "fwd"
-        if fn is None or callee is None:
-            return None
-        sym = self.summaries.resolve(fn, callee, self_cls)
-        target = self.summaries.function_for(sym)
+        target = None
+        if fn is not None and callee is not None:
+            target = self.summaries.function_for(self.summaries.resolve(fn, callee, self_cls))
         if target is None:
-            return None
+            return "fwd" if name in rule.forward_names else None
         sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
+        first, last = self.effect(target, sub_self, call, self._known_for(flow))
+        return first if forward else last
+
+    def _is_context_manager(self, fn: FunctionInfo) -> bool:
+        node = fn.node()
+        return node is not None and any(last_name(d) in ("contextmanager", "asynccontextmanager") for d in getattr(node, "decorator_list", []))
+
+    def _switch_compacts(self, fn: FunctionInfo | None) -> bool:
+        """Whether the switch call itself compacts: its receiver's switch method (or, when the
+        receiver's class cannot be told, the switch method of every project class that
+        defines one) compacts with the arguments of this call (`set_skip_topk(True, rows)`
+        with `if skip and slot_ids is not None: self.compact_topk_indices(slot_ids)`)."""
+        made = self.made
+        if fn is None or not isinstance(made.func, ast.Attribute):
+            return False
+        spelled = ref(made.func)
+        target = self.summaries.function_for(self.summaries.resolve(fn, spelled, self.owner)) if spelled else None
+        candidates = [target] if target is not None else list(self._switch_methods())
+        if not candidates:
+            return False
+        for method in candidates:
+            first, last = self.effect(method, method.owner(), made, self._known)
+            if "hit" not in (first, last):
+                return False
+        return True
+
+    def _switch_methods(self) -> Iterator[FunctionInfo]:
+        name = self.rule.switch
+        word = Words(name)
+        project = self.view.project
+        for path in project.files_containing(name):
+            module = project.module_at(path)
+            for chunk in module.leaf_chunks(word):
+                for facts in module.chunk_facts(chunk).functions.values():
+                    if facts.cls is not None and facts.qual.rsplit(".", 1)[-1] == name:
+                        yield FunctionInfo(module, facts)
+
+    # -- what a call of a project function does, for the arguments of this call -----------------
+    def _known_for(self, flow: Flow) -> dict[str, bool]:
+        return self._flow_known.get(id(flow), {})
+
+    def effect(self, target: FunctionInfo, sub_self: ClassInfo | None, call: ast.Call | None, known: dict[str, bool], depth: int | None = None) -> tuple[str | None, str | None]:
+        """(the first, the last) event of a call of `target` that the window cares about:
+        'hit' (a compaction), 'fwd' (a draft step) or None, each on some path of its body
+        (a compaction on some path counts: the helper's own conditions are its business), with
+        the parameters bound as this call binds them (`compact_rows` not passed, so `None`,
+        prunes `if compact_rows is not None:`), through the decorators the project defines
+        (a wrapper that compacts after the wrapped call returns)."""
+        depth = self.rule.depth if depth is None else depth
+        rule = self.rule
         compacts = rule.compacts(self.summaries, target, sub_self)
         forwards = rule.forwards(self.summaries, target, sub_self)
-        if compacts and forwards:
-            return "mixed"
-        if compacts:
-            return "hit"
-        if forwards:
-            return "fwd"
-        return None
+        decorated = self._decorators(target)
+        if not compacts and not decorated:
+            return ("fwd", "fwd") if forwards else (None, None)
+        node = target.node()
+        if node is None or depth <= 0:
+            return ("fwd" if forwards else "hit", "hit") if compacts else (("fwd", "fwd") if forwards else (None, None))
+        inner = self._body_effect(target, node, sub_self, call, known, depth) if compacts else (("fwd", "fwd") if forwards else (None, None))
+        for wrapper, wrapped in decorated:
+            inner = self._body_effect(target, wrapper, sub_self, None, {}, depth, wrapped=(wrapped, inner))
+        return inner
+
+    def _body_effect(self, target, node, sub_self, call, known, depth, wrapped=None) -> tuple[str | None, str | None]:
+        key = (id(node), id(call), tuple(sorted(known.items())), wrapped[1] if wrapped else None)
+        got = self._effects.get(key)
+        if got is not None:
+            return got
+        self._effects[key] = (None, None)  # recursion
+        flow = FieldFlow(node)
+        bound = bind_params(node, call, known, skip_self=target.facts.cls is not None) if call is not None else {}
+        bound = {a: v for a, v in bound.items() if flow.stable((a, v))}
+        aliases = dotted_aliases(node)
+        gathers = topk_gathers(node, self.rule.buffers)
+        local = partials(node)
+        rule = self.rule
+
+        def stop(n, forward: bool):
+            if n.kind == "cond":
+                return "vacuous" if any(flow.empty(atom) for atom in n.atoms) else None
+            if n.kind == "store":
+                return "hit" if id(n.node) in gathers else None
+            if n.kind not in ("call", "exit"):
+                return None
+            c = n.node
+            if id(c) in gathers:
+                return "hit"
+            if wrapped is not None and isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == wrapped[0]:
+                first, last = wrapped[1]
+                return first if forward else last
+            if n.kind == "exit":
+                return self._exit_effect(target, c, sub_self, forward, depth)
+            c = called_through(c, local, aliases)
+            nm = last_name(c.func)
+            if nm == rule.compaction:
+                return None if identity_rows(c) else "hit"
+            if nm == rule.switch:
+                return None
+            spelled = ref(c.func)
+            sub = self.summaries.function_for(self.summaries.resolve(target, spelled, sub_self)) if spelled else None
+            if sub is not None:
+                s2 = sub_self if (spelled.startswith("self.") and spelled.count(".") == 1) or spelled.startswith("super().") else sub.owner()
+                first, last = self.effect(sub, s2, c, {}, depth - 1)
+                return first if forward else last
+            return "fwd" if nm in rule.forward_names else None
+
+        out = []
+        for forward, start in ((True, ENTRY), (False, EXIT)):
+            paths = flow.search(start, forward, lambda n, f=forward: stop(n, f), bound, self._assume)
+            out.append("hit" if paths.get("hit") else "fwd" if paths.get("fwd") else None)
+        got = self._effects[key] = (out[0], out[1])
+        return got
+
+    def _exit_effect(self, fn, expr, self_cls, forward: bool, depth: int) -> str | None:
+        """What leaving a `with` block runs: the `__exit__` of the context manager's class."""
+        if not isinstance(expr, ast.Call) or fn is None:
+            return None
+        spelled = ref(expr.func)
+        if not spelled:
+            return None
+        sym = self.summaries.resolve(fn, spelled, self_cls)
+        cls = self.view.project.class_of(sym) if sym.kind == "class" else None
+        if cls is None:
+            return None
+        method = cls.method("__exit__")
+        if method is None:
+            return None
+        first, last = self.effect(method, cls, None, {}, depth - 1)
+        return first if forward else last
+
+    def _decorators(self, target: FunctionInfo) -> list[tuple[ast.AST, str]]:
+        """(the wrapper function, the name it calls the wrapped one by) of each decorator of
+        `target` defined in the project, innermost first: `def deco(fn): def wrapper(*a):
+        out = fn(*a); ...; return wrapper` (also a factory: `@timed("x")`)."""
+        node = target.node()
+        if node is None or not getattr(node, "decorator_list", None):
+            return []
+        out = []
+        for dec in reversed(node.decorator_list):
+            factory = isinstance(dec, ast.Call)
+            spelled = ref(dec.func if factory else dec)
+            if not spelled or spelled.rsplit(".", 1)[-1] in ("staticmethod", "classmethod", "property", "contextmanager", "cache", "lru_cache"):
+                continue
+            info = self.summaries.function_for(self.summaries.resolve(target, spelled, target.owner()))
+            dnode = info.node() if info is not None else None
+            if dnode is None:
+                continue
+            if factory:
+                dnode = _returned_def(dnode)
+                if dnode is None:
+                    continue
+            wrapper = _returned_def(dnode)
+            params = [a.arg for a in dnode.args.posonlyargs + dnode.args.args]
+            if wrapper is not None and params:
+                out.append((wrapper, params[0]))
+        return out
 
     def _owners(self) -> set[str]:
         """`self.model.model` -> {`self.model.model`, `self.model`}; bare `self` is no model."""
@@ -205,8 +368,11 @@ class Window:
         fn = view.info
         aliases = dotted_aliases(view.node)
         known = flow.known_at(idx, fixed=True)
+        self._known = self._flow_known[id(flow)] = known
+        if self._switch_compacts(fn):
+            return Verdict(ok=True)
         in_forward_loop = any(
-            any(self.classify(flow.nodes[m], aliases, fn, self.owner, flow, True, idx) == "fwd" for m in loop.members if flow.nodes[m].kind == "call")
+            any("fwd" in (self.classify(flow.nodes[m], aliases, fn, self.owner, flow, True, idx), self.classify(flow.nodes[m], aliases, fn, self.owner, flow, False, idx)) for m in loop.members if flow.nodes[m].kind == "call")
             for loop in flow.loops_of(idx)
         )
         verdict = Verdict(ok=False)
@@ -274,7 +440,7 @@ class Window:
         if fn is None or depth <= 0:
             return "unknown"
         owner = self.owner if self.owner is not None else fn.owner()
-        sites = list(caller_sites(fn, owner))
+        sites = list(caller_sites(fn, owner, self.view))
         if not sites:
             return "unknown"
         stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
@@ -288,6 +454,7 @@ class Window:
             stop = self._stopper(aliases, caller, owner, flow, forward, idx)
             known_here = dict(flow.known_at(idx, fixed=True))
             known_here.update(stable_self)
+            self._flow_known[id(flow)] = known_here
             paths = flow.search(idx, forward, stop, known_here, self._assume)
             uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
             if uncovered:
@@ -444,7 +611,7 @@ def canonical_name(name: str, aliases: dict[str, str]) -> str:
     return name
 
 
-def caller_sites(fn: FunctionInfo, owner: ClassInfo | None):
+def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None):
     """(caller, its ast node, the call) for each call of `fn` whose caller the source shows:
     `self.<fn>(...)` in the methods of its class and their bases, and a nested function
     called by name in the function that defines it."""
@@ -459,6 +626,12 @@ def caller_sites(fn: FunctionInfo, owner: ClassInfo | None):
                     yield enclosing, node, call
         return
     if owner is None:
+        if view is not None and fn.facts.cls is None:
+            # a module-level function: its call sites in the project, resolved through imports
+            from .fields import callers
+
+            for site in callers(view, fn):
+                yield site.caller, site.node, site.call
         return
     word = Words(name)
     for cls in owner.classes():
@@ -503,3 +676,81 @@ def sampled_rows_name(node: ast.AST) -> str:
     return _PLACEHOLDER
 
 
+
+
+def _returned_def(node: ast.AST) -> ast.AST | None:
+    """The nested function a function returns by name (a decorator's wrapper)."""
+    defs = {st.name: st for st in getattr(node, "body", []) if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Name) and sub.value.id in defs:
+            return defs[sub.value.id]
+    return None
+
+
+def identity_rows(call: ast.Call) -> bool:
+    """A compaction with the rows 0..n-1 (`torch.arange(n)`, `self.arange[:n]`,
+    `range(n)`): each row is gathered onto itself, which moves nothing."""
+    if not call.args:
+        return False
+    rows = call.args[0]
+    if isinstance(rows, ast.Call) and last_name(rows.func) in ("arange", "range"):
+        return len(rows.args) == 1 or (len(rows.args) >= 2 and isinstance(rows.args[0], ast.Constant) and rows.args[0].value == 0)
+    if isinstance(rows, ast.Subscript) and last_name(rows.value) == "arange" and isinstance(rows.slice, ast.Slice):
+        return rows.slice.lower is None and rows.slice.step is None
+    return False
+
+
+def bind_params(node: ast.AST, call: ast.Call, known: dict[str, bool], skip_self: bool) -> dict[str, bool]:
+    """What a call tells of the parameters of the function it calls, as atoms of its
+    conditions: a parameter left to a `None` default or passed `None` is None (`p is None`,
+    `not p`), a literal `True`/`False` is that, any other value (a name, an attribute) is not
+    None. `x if c else None` takes the branch `known` decides."""
+    args = node.args
+    params = [a.arg for a in args.posonlyargs + args.args]
+    if skip_self and params:
+        params = params[1:]
+    positional_defaults = dict(zip(reversed([a.arg for a in args.posonlyargs + args.args]), reversed(args.defaults)))
+    defaults = {**positional_defaults, **{a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}}
+    given: dict[str, ast.AST] = {}
+    rest_unknown = False
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            rest_unknown = True
+            break
+        if i < len(params):
+            given[params[i]] = arg
+    for kw in call.keywords:
+        if kw.arg is None:
+            rest_unknown = True
+        else:
+            given[kw.arg] = kw.value
+    out: dict[str, bool] = {}
+    for p in params + [a.arg for a in args.kwonlyargs]:
+        value = given.get(p)
+        if value is None:
+            if rest_unknown:
+                continue
+            value = defaults.get(p)
+        while isinstance(value, ast.IfExp):
+            test = known.get(_source(value.test))
+            if test is None:
+                value = None
+                break
+            value = value.body if test else value.orelse
+        if value is None:
+            continue
+        kind = literal_kind(value)
+        if kind == "None":
+            out.update({f"{p} is None": True, f"{p} is not None": False, p: False})
+        elif kind in ("True", "False"):
+            out.update({p: kind == "True", f"{p} is None": False, f"{p} is not None": True})
+        elif isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)):
+            out.update({f"{p} is None": False, f"{p} is not None": True})
+    return out
+
+
+def _source(expr: ast.AST) -> str:
+    try:
+        return ast.unparse(expr)
+    except Exception:
+        return ""
