@@ -11,6 +11,8 @@ from invariant_check.analysis.switch_paths import (
     SwitchQuery,
     Window,
     attribute_calls,
+    bind_params,
+    caller_sites,
     calls_in,
     called_through,
     canonical_name,
@@ -1064,13 +1066,16 @@ def propose(self, token_indices_to_sample):
                 if local is None:
                     local, aliases = partials(view.node), dotted_aliases(view.node)
                 made = called_through(call, local, aliases)
-            if last_name(made.func) != self.switch or switch_value(made) is not True:
+            if last_name(made.func) != self.switch:
+                continue
+            assumed = self._assumed_on(view, made)
+            if assumed is None:
                 continue
             flow = flow or FieldFlow(view.node)
             idx = flow.by_call.get(id(call))
             if idx is None:
                 continue  # in a lambda or nested scope
-            window = Window(self.query, view, flow, call, made)
+            window = Window(self.query, view, flow, call, made, assumed=assumed)
             verdict = window.judge(idx)
             if verdict.ok:
                 continue
@@ -1078,6 +1083,31 @@ def propose(self, token_indices_to_sample):
                 continue  # an object that holds no shared top-k buffer (a sampler)
             yield Report(call, window.message(verdict), self._hint(window), verdict.data())
         yield from self._bound_switches(view)
+
+    def _assumed_on(self, view: FunctionView, made: ast.Call) -> dict[str, bool] | None:
+        """When a switch call turns reuse on: `{}` for the literal `True`; for a value the
+        source reads (`set_skip_topk(self.share)`), the atom that holds when it is on; for a
+        parameter of the function (`set_skip_topk(enabled)`), `{}` when a call the source
+        shows passes `True` or leaves a `True` default; None otherwise (off, or left to the
+        runtime guard)."""
+        value = switch_value(made)
+        if value is not None:
+            return {} if value else None
+        arg = made.args[0] if made.args else (made.keywords[0].value if len(made.keywords) == 1 else None)
+        if arg is None or isinstance(arg, ast.Starred):
+            return None
+        node = view.node
+        params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs] if hasattr(node, "args") else []
+        if isinstance(arg, ast.Name) and arg.id in params:
+            if view.info is None:
+                return None
+            method = view.info.facts.cls is not None
+            for _caller, _node, call in caller_sites(view.info, view.owner(), view):
+                if bind_params(node, call, {}, skip_self=method).get(arg.id) is True:
+                    return {}
+            return None
+        spelled = ref(arg)
+        return {spelled: True} if spelled else None
 
     def _bound_switches(self, view: FunctionView) -> Iterator[Report]:
         """The switch bound to an instance attribute (`self._reuse_on =

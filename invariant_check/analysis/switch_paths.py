@@ -30,8 +30,6 @@ from .project import ClassInfo, FunctionInfo
 from .topk import topk_gathers
 from .views import FunctionView
 
-import os
-_TRACE = bool(os.environ.get('IC002_TRACE'))
 CALLER_DEPTH = 2  # how many callers up a window may extend (hook -> propose -> caller)
 
 
@@ -97,7 +95,9 @@ class Window:
         switch: ast.Call,
         made: ast.Call | None = None,
         receiver: str | None = None,
+        assumed: dict[str, bool] | None = None,
     ) -> None:
+        self.assumed = dict(assumed or {})  # what holds when the switch turns reuse on
         self.rule = rule
         self.view = view
         self.flow = flow
@@ -367,7 +367,7 @@ class Window:
         view, flow = self.view, self.flow
         fn = view.info
         aliases = dotted_aliases(view.node)
-        known = flow.known_at(idx, fixed=True)
+        known = {**flow.known_at(idx, fixed=True), **self.assumed}
         self._known = self._flow_known[id(flow)] = known
         if self._switch_compacts(fn):
             return Verdict(ok=True)
@@ -392,8 +392,6 @@ class Window:
                 last = uncovered[0][-1]
                 verdict.next_forward = view.text(flow.nodes[last].node.func)
             sides.append((uncovered, ends))
-            if _TRACE:
-                print("TRACE", "fwd" if forward else "back", {k: [[(flow.nodes[i].node.lineno if i >= 0 and flow.nodes[i].node is not None and hasattr(flow.nodes[i].node, 'lineno') else i) for i in p[-1:]] for p in v] for k, v in paths.items()})
         # step 0 ran in this function: every path into the switch comes from a forward
         proposal = bool(sides[0][0]) and not sides[0][1]
         for forward, (uncovered, ends) in zip((False, True), sides):
@@ -404,8 +402,6 @@ class Window:
                 return verdict
             # the window goes on in the callers
             outcome = self._through_callers(fn, forward, known, CALLER_DEPTH, verdict)
-            if _TRACE:
-                print("TRACE callers", forward, outcome, verdict.via)
             if outcome == "covered":
                 verdict.ok = True
                 return verdict
