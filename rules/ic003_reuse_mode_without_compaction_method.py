@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Names, Words
+from invariant_check.analysis.members import delegates_attributes, installs_member
 from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, declares_only
 from invariant_check.rule import Report, Rule
 from invariant_check.types import Fix, Invalid, Option, Valid
@@ -569,6 +570,8 @@ class Predictor(IndexReuse):
             return  # a base the project cannot see might provide it
         if self._roles.of_class(info) == NONE:
             return  # its switch concerns no shared top-k buffer (a sampler's top-k filter)
+        if any(installs_member(view.project, cls, compaction) or delegates_attributes(cls) for cls in info.classes()):
+            return  # a class decorator installs it, or `__getattr__` hands it on to another object
         data = {"class": info.name, "bases": [b or "?" for b in info.base_spellings()]}
         if fallback:
             data["resolved_by"] = "short-name"
