@@ -663,6 +663,118 @@ def compact_rows(model, rows):
 """
             },
         ),
+        # A step helper that compacts after its forward when given rows: passed on step 0.
+        Valid(
+            """
+class Drafter:
+    def _step(self, inputs, keep_rows=None):
+        hidden = self.model(**inputs)
+        if keep_rows is not None:
+            self.model.model.compact_topk_indices(keep_rows)
+        return hidden
+
+    def propose(self, inputs, token_indices_to_sample):
+        hidden = self._step(inputs, keep_rows=token_indices_to_sample)
+        self.model.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self._step(inputs)
+"""
+        ),
+        # A decorator of the step-0 method compacts after the wrapped forward returns.
+        Valid(
+            """
+from .steps import then_compact
+
+class Drafter:
+    @then_compact
+    def _prefill(self, inputs):
+        return self.model(**inputs)
+
+    def propose(self, inputs):
+        hidden = self._prefill(inputs)
+        self.model.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**inputs)
+""",
+            files={
+                "steps.py": """
+import functools
+
+def then_compact(fn):
+    @functools.wraps(fn)
+    def inner(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)
+        self.model.model.compact_topk_indices(self.rows)
+        return out
+
+    return inner
+"""
+            },
+        ),
+        # Step 0 runs in a `with` block whose context manager compacts in `__exit__`.
+        Valid(
+            """
+from .scopes import KeepSampledRows
+
+def propose(self, inputs, token_indices_to_sample):
+    with KeepSampledRows(self.model.model, token_indices_to_sample):
+        hidden = self.model(**inputs)
+    self.model.model.set_skip_topk(True)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**inputs)
+""",
+            files={
+                "scopes.py": """
+class KeepSampledRows:
+    def __init__(self, model, rows):
+        self.model, self.rows = model, rows
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.model.compact_topk_indices(self.rows)
+        return False
+"""
+            },
+        ),
+        # The compaction cached as a bound method with `getattr` at load time.
+        Valid(
+            """
+class Proposer:
+    def load_model(self, model):
+        self.model = model
+        self._squeeze = getattr(model.model, "compact_topk_indices", None)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._squeeze(token_indices_to_sample)
+        self.model.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
+        # The model's switch compacts itself when it is given the rows to keep.
+        Valid(
+            """
+class Predictor:
+    def set_skip_topk(self, skip, keep=None):
+        if skip and keep is not None:
+            self.compact_topk_indices(keep)
+        self.skip = skip
+
+    def compact_topk_indices(self, keep):
+        for layer in self.layers:
+            buf = layer.topk_indices_buffer
+            buf[: keep.numel()] = buf[keep]
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1021,6 +1133,99 @@ def propose(self, token_indices_to_sample):
         hidden = self.model(**self.inputs)
 """,
             line=3,
+        ),
+        # Rows 0..n-1 gathered onto themselves: the sampled rows stay where step 0 put them.
+        Invalid(
+            """
+import torch
+
+def propose(self, batch_size):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    self.model.model.compact_topk_indices(torch.arange(batch_size))
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=5,
+        ),
+        # The switch's value is a parameter whose default is True; the caller passes nothing.
+        Invalid(
+            """
+class Drafter:
+    def propose(self):
+        hidden = self.model(**self.inputs)
+        self._reuse()
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+
+    def _reuse(self, on=True):
+        self.model.model.set_skip_topk(on)
+""",
+            line=9,
+        ),
+        # The switch's value is a config flag: on exactly when sharing is configured.
+        Invalid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(self.share_indices)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=3,
+        ),
+        # A `@contextmanager` switches; the caller's block compacts only after the first reuse.
+        Invalid(
+            """
+from contextlib import contextmanager
+
+@contextmanager
+def reusing(model):
+    model.set_skip_topk(True)
+    try:
+        yield
+    finally:
+        model.set_skip_topk(False)
+
+def propose(self, rows):
+    hidden = self.model(**self.inputs)
+    with reusing(self.model.model):
+        for step in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+            if step == 0:
+                self.model.model.compact_topk_indices(rows)
+""",
+            line=5,
+        ),
+        # Switched on at the second iteration; the layer called out of the model's container
+        # is the forward, and nothing compacts between the iterations.
+        Invalid(
+            """
+def draft_loop(self, draft_model, inputs):
+    for i in range(self.num_modules):
+        if i == 1:
+            draft_model.set_skip_topk(True)
+        hidden = draft_model.mtp_layers[0](**inputs)
+""",
+            line=4,
+        ),
+        # The step helper compacts after its forward, but the rows are passed on step 1 only.
+        Invalid(
+            """
+class Drafter:
+    def _step(self, inputs, keep_rows=None):
+        hidden = self.model(**inputs)
+        if keep_rows is not None:
+            self.model.model.compact_topk_indices(keep_rows)
+        return hidden
+
+    def propose(self, inputs, token_indices_to_sample):
+        hidden = self._step(inputs)
+        self.model.model.set_skip_topk(True)
+        for i in range(self.num_steps - 1):
+            hidden = self._step(inputs, keep_rows=token_indices_to_sample if i == 0 else None)
+""",
+            line=10,
         ),
     ]
 
