@@ -34,7 +34,9 @@ class SkipTopkWithoutCompaction(Rule):
     """
     ## What it does
     Flags a call that switches the draft model into top-k reuse mode
-    (`<model>.set_skip_topk(True)`, also `set_skip_topk(skip=True)`) when a compaction of the
+    (`<model>.set_skip_topk(True)`, also `set_skip_topk(skip=True)`, a value that is on when
+    sharing is configured, `set_skip_topk(self.share)`, or a parameter a caller leaves `True`)
+    when a compaction of the
     shared top-k buffer does not run on every path between the forward before the switch
     (draft step 0) and the forward after it (the first step that reuses the buffer).
 
@@ -91,6 +93,22 @@ class SkipTopkWithoutCompaction(Rule):
     `self._reuse_on = functools.partial(<model>.set_skip_topk, True)` is judged where
     `self._reuse_on()` is called and reported where it is bound.
 
+    A call of a project function is judged by what its body does *for this call's
+    arguments*: its first event (on the path after the switch) and its last (on the path
+    before it), with a parameter left to a `None` default or passed `None` pruning the
+    branches that test it (`_run_model(..., compact_rows=rows)` on step 0 compacts after its
+    forward; the same helper called without `compact_rows` only runs a forward; `rows if
+    share else None` takes the branch the switch's own conditions decide), also when its name
+    is in `forward-calls`. It is followed through the decorators the project defines (a
+    wrapper that calls the wrapped method, then compacts), through the `__exit__` of a
+    `with` block's context manager when the block is left, and through the switch itself: a
+    switch method that compacts with the rows it is given (`set_skip_topk(True, rows)`, with
+    `if skip and rows is not None: self.compact_topk_indices(rows)`) is its own compaction.
+    A compaction of rows `0..n-1` (`torch.arange(n)`, `self.arange[:n]`) gathers each row
+    onto itself and counts as none. A module called out of a container of the model
+    (`draft_model.mtp_layers[0](...)`) is a forward. An instance attribute bound with
+    `getattr(model.model, "compact_topk_indices", None)` is the bound compaction.
+
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
     switch under `if self.share:` pairs with a compaction under the same `if self.share:`,
     also through a local bound once outside loops: `share = self.share and ...`), but a
@@ -115,7 +133,12 @@ class SkipTopkWithoutCompaction(Rule):
     When a path reaches the start (or the end) of the function holding the switch, the window
     goes on in its callers: the methods of the class and of its base classes that call it
     (`self.on_multi_step_decode_begin(...)` in the base class's `propose()`, resolved for the
-    subclass, so `self.on_prefill_end(...)` there is the subclass's compacting hook).
+    subclass, so `self.on_prefill_end(...)` there is the subclass's compacting hook; a base
+    read from the environment or the bundled models counts), the call sites of a module-level
+    function across the project (through imports), and the function a nested one is defined
+    in. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
+    runs: a switch before the `yield` is followed into that block (a compaction placed
+    after the block's first forward comes too late).
 
     ## Which objects it checks
     A switch counts only on an object that can hold a shared top-k buffer. The receiver
@@ -145,8 +168,10 @@ class SkipTopkWithoutCompaction(Rule):
       compacting method must be *reachable*: called somewhere in the project, overriding a
       base method (or a base the project cannot see), or named by `entry-points`. The
       `topk-layout` runtime guard checks the buffer layout when a reusing step runs.
-    - A switch whose argument is not the literal `True` (`set_skip_topk(flag)`), and the body of
-      `def set_skip_topk` itself, which only delegates.
+    - A switch whose argument is a parameter that no call the source shows passes as `True`
+      (`def propose(self, on): ... set_skip_topk(on)`), and the body of `def set_skip_topk`
+      itself, which only delegates. A non-literal value the function reads
+      (`set_skip_topk(self.share)`) is judged as on, with that value known true.
     - A compaction in a helper counts if the helper compacts on some path: its own conditions
       (`if idx is not None:`) are taken as the helper's business.
     - Step 0 and the reusing steps in two methods that only the framework calls, one after the
