@@ -700,7 +700,8 @@ def bind_params(node: ast.AST, call: ast.Call, known: dict[str, bool], skip_self
     """What a call tells of the parameters of the function it calls, as atoms of its
     conditions: a parameter left to a `None` default or passed `None` is None (`p is None`,
     `not p`), a literal `True`/`False` is that, any other value (a name, an attribute) is not
-    None. `x if c else None` takes the branch `known` decides."""
+    None. `x if c else None` takes the branch `known` decides, and is `None` when `known`
+    does not decide it (passed under a narrower condition than the caller's)."""
     args = node.args
     params = [a.arg for a in args.posonlyargs + args.args]
     if skip_self and params:
@@ -730,7 +731,10 @@ def bind_params(node: ast.AST, call: ast.Call, known: dict[str, bool], skip_self
         while isinstance(value, ast.IfExp):
             test = known.get(_source(value.test))
             if test is None:
-                value = None
+                # undecided here: a `None` branch means the value is passed under a narrower
+                # condition than the caller's, so it is taken as that `None`
+                nones = [v for v in (value.body, value.orelse) if literal_kind(v) == "None"]
+                value = nones[0] if nones else None
                 break
             value = value.body if test else value.orelse
         if value is None:
