@@ -1,32 +1,42 @@
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from invariant_check.analysis.facts import call_fact, last_name, literal_kind, ref, walk_local
+from invariant_check.analysis.facts import last_name, ref, walk_local
 from invariant_check.analysis.fields import FieldFlow
-from invariant_check.analysis.flow import Flow
 from invariant_check.analysis.needs import Names, Words
-from invariant_check.analysis.objects import partials, through_partial
-from invariant_check.analysis.project import ClassInfo, FunctionInfo
-from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles, topk_gathers
+from invariant_check.analysis.objects import partials
+from invariant_check.analysis.switch_paths import (
+    SwitchQuery,
+    Window,
+    attribute_calls,
+    bind_params,
+    caller_sites,
+    calls_in,
+    called_through,
+    canonical_name,
+    dotted_aliases,
+    sampled_rows_name,
+    switch_value,
+)
+from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles
 from invariant_check.analysis.views import FunctionView
 from invariant_check.rule import Report, Rule
 from invariant_check.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_call_hint
 
-_INDEX_NAMES = ("token_indices_to_sample", "last_token_indices")
 _PLACEHOLDER = "token_indices_to_sample"
-CALLER_DEPTH = 2  # how many callers up a window may extend (hook -> propose -> caller)
 
 
 class SkipTopkWithoutCompaction(Rule):
     """
     ## What it does
     Flags a call that switches the draft model into top-k reuse mode
-    (`<model>.set_skip_topk(True)`, also `set_skip_topk(skip=True)`) when a compaction of the
+    (`<model>.set_skip_topk(True)`, also `set_skip_topk(skip=True)`, a value that is on when
+    sharing is configured, `set_skip_topk(self.share)`, or a parameter a caller leaves `True`)
+    when a compaction of the
     shared top-k buffer does not run on every path between the forward before the switch
     (draft step 0) and the forward after it (the first step that reuses the buffer).
 
@@ -83,6 +93,22 @@ class SkipTopkWithoutCompaction(Rule):
     `self._reuse_on = functools.partial(<model>.set_skip_topk, True)` is judged where
     `self._reuse_on()` is called and reported where it is bound.
 
+    A call of a project function is judged by what its body does *for this call's
+    arguments*: its first event (on the path after the switch) and its last (on the path
+    before it), with a parameter left to a `None` default or passed `None` pruning the
+    branches that test it (`_run_model(..., compact_rows=rows)` on step 0 compacts after its
+    forward; the same helper called without `compact_rows` only runs a forward; `rows if
+    share else None` takes the branch the switch's own conditions decide), also when its name
+    is in `forward-calls`. It is followed through the decorators the project defines (a
+    wrapper that calls the wrapped method, then compacts), through the `__exit__` of a
+    `with` block's context manager when the block is left, and through the switch itself: a
+    switch method that compacts with the rows it is given (`set_skip_topk(True, rows)`, with
+    `if skip and rows is not None: self.compact_topk_indices(rows)`) is its own compaction.
+    A compaction of rows `0..n-1` (`torch.arange(n)`, `self.arange[:n]`) gathers each row
+    onto itself and counts as none. A module called out of a container of the model
+    (`draft_model.mtp_layers[0](...)`) is a forward. An instance attribute bound with
+    `getattr(model.model, "compact_topk_indices", None)` is the bound compaction.
+
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
     switch under `if self.share:` pairs with a compaction under the same `if self.share:`,
     also through a local bound once outside loops: `share = self.share and ...`), but a
@@ -107,7 +133,12 @@ class SkipTopkWithoutCompaction(Rule):
     When a path reaches the start (or the end) of the function holding the switch, the window
     goes on in its callers: the methods of the class and of its base classes that call it
     (`self.on_multi_step_decode_begin(...)` in the base class's `propose()`, resolved for the
-    subclass, so `self.on_prefill_end(...)` there is the subclass's compacting hook).
+    subclass, so `self.on_prefill_end(...)` there is the subclass's compacting hook; a base
+    read from the environment or the bundled models counts), the call sites of a module-level
+    function across the project (through imports), and the function a nested one is defined
+    in. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
+    runs: a switch before the `yield` is followed into that block (a compaction placed
+    after the block's first forward comes too late).
 
     ## Which objects it checks
     A switch counts only on an object that can hold a shared top-k buffer. The receiver
@@ -137,8 +168,10 @@ class SkipTopkWithoutCompaction(Rule):
       compacting method must be *reachable*: called somewhere in the project, overriding a
       base method (or a base the project cannot see), or named by `entry-points`. The
       `topk-layout` runtime guard checks the buffer layout when a reusing step runs.
-    - A switch whose argument is not the literal `True` (`set_skip_topk(flag)`), and the body of
-      `def set_skip_topk` itself, which only delegates.
+    - A switch whose argument is a parameter that no call the source shows passes as `True`
+      (`def propose(self, on): ... set_skip_topk(on)`), and the body of `def set_skip_topk`
+      itself, which only delegates. A non-literal value the function reads
+      (`set_skip_topk(self.share)`) is judged as on, with that value known true.
     - A compaction in a helper counts if the helper compacts on some path: its own conditions
       (`if idx is not None:`) are taken as the helper's business.
     - Step 0 and the reusing steps in two methods that only the framework calls, one after the
@@ -655,6 +688,118 @@ def compact_rows(model, rows):
 """
             },
         ),
+        # A step helper that compacts after its forward when given rows: passed on step 0.
+        Valid(
+            """
+class Drafter:
+    def _step(self, inputs, keep_rows=None):
+        hidden = self.model(**inputs)
+        if keep_rows is not None:
+            self.model.model.compact_topk_indices(keep_rows)
+        return hidden
+
+    def propose(self, inputs, token_indices_to_sample):
+        hidden = self._step(inputs, keep_rows=token_indices_to_sample)
+        self.model.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self._step(inputs)
+"""
+        ),
+        # A decorator of the step-0 method compacts after the wrapped forward returns.
+        Valid(
+            """
+from .steps import then_compact
+
+class Drafter:
+    @then_compact
+    def _prefill(self, inputs):
+        return self.model(**inputs)
+
+    def propose(self, inputs):
+        hidden = self._prefill(inputs)
+        self.model.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**inputs)
+""",
+            files={
+                "steps.py": """
+import functools
+
+def then_compact(fn):
+    @functools.wraps(fn)
+    def inner(self, *args, **kwargs):
+        out = fn(self, *args, **kwargs)
+        self.model.model.compact_topk_indices(self.rows)
+        return out
+
+    return inner
+"""
+            },
+        ),
+        # Step 0 runs in a `with` block whose context manager compacts in `__exit__`.
+        Valid(
+            """
+from .scopes import KeepSampledRows
+
+def propose(self, inputs, token_indices_to_sample):
+    with KeepSampledRows(self.model.model, token_indices_to_sample):
+        hidden = self.model(**inputs)
+    self.model.model.set_skip_topk(True)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**inputs)
+""",
+            files={
+                "scopes.py": """
+class KeepSampledRows:
+    def __init__(self, model, rows):
+        self.model, self.rows = model, rows
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.model.compact_topk_indices(self.rows)
+        return False
+"""
+            },
+        ),
+        # The compaction cached as a bound method with `getattr` at load time.
+        Valid(
+            """
+class Proposer:
+    def load_model(self, model):
+        self.model = model
+        self._squeeze = getattr(model.model, "compact_topk_indices", None)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._squeeze(token_indices_to_sample)
+        self.model.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
+        # The model's switch compacts itself when it is given the rows to keep.
+        Valid(
+            """
+class Predictor:
+    def set_skip_topk(self, skip, keep=None):
+        if skip and keep is not None:
+            self.compact_topk_indices(keep)
+        self.skip = skip
+
+    def compact_topk_indices(self, keep):
+        for layer in self.layers:
+            buf = layer.topk_indices_buffer
+            buf[: keep.numel()] = buf[keep]
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1014,7 +1159,101 @@ def propose(self, token_indices_to_sample):
 """,
             line=3,
         ),
+        # Rows 0..n-1 gathered onto themselves: the sampled rows stay where step 0 put them.
+        Invalid(
+            """
+import torch
+
+def propose(self, batch_size):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    self.model.model.compact_topk_indices(torch.arange(batch_size))
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=5,
+        ),
+        # The switch's value is a parameter whose default is True; the caller passes nothing.
+        Invalid(
+            """
+class Drafter:
+    def propose(self):
+        hidden = self.model(**self.inputs)
+        self._reuse()
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+
+    def _reuse(self, on=True):
+        self.model.model.set_skip_topk(on)
+""",
+            line=9,
+        ),
+        # The switch's value is a config flag: on exactly when sharing is configured.
+        Invalid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(self.share_indices)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=3,
+        ),
+        # A `@contextmanager` switches; the caller's block compacts only after the first reuse.
+        Invalid(
+            """
+from contextlib import contextmanager
+
+@contextmanager
+def reusing(model):
+    model.set_skip_topk(True)
+    try:
+        yield
+    finally:
+        model.set_skip_topk(False)
+
+def propose(self, rows):
+    hidden = self.model(**self.inputs)
+    with reusing(self.model.model):
+        for step in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+            if step == 0:
+                self.model.model.compact_topk_indices(rows)
+""",
+            line=5,
+        ),
+        # Switched on at the second iteration; the layer called out of the model's container
+        # is the forward, and nothing compacts between the iterations.
+        Invalid(
+            """
+def draft_loop(self, draft_model, inputs):
+    for i in range(self.num_modules):
+        if i == 1:
+            draft_model.set_skip_topk(True)
+        hidden = draft_model.mtp_layers[0](**inputs)
+""",
+            line=4,
+        ),
+        # The step helper compacts after its forward, but the rows are passed on step 1 only.
+        Invalid(
+            """
+class Drafter:
+    def _step(self, inputs, keep_rows=None):
+        hidden = self.model(**inputs)
+        if keep_rows is not None:
+            self.model.model.compact_topk_indices(keep_rows)
+        return hidden
+
+    def propose(self, inputs, token_indices_to_sample):
+        hidden = self._step(inputs)
+        self.model.model.set_skip_topk(True)
+        for i in range(self.num_steps - 1):
+            hidden = self._step(inputs, keep_rows=token_indices_to_sample if i == 0 else None)
+""",
+            line=10,
+        ),
     ]
+
 
     @classmethod
     def needs(cls, options: dict[str, Any]) -> Words:
@@ -1024,57 +1263,81 @@ def propose(self, token_indices_to_sample):
         super().__init__(options)
         self.switch = options["switch-method"]
         self.compaction = options["compaction-method"]
-        self.forward_names = frozenset(options["forward-calls"])
-        self.depth = options["helper-depth"]
-        self.entry_points = Names(options["entry-points"], case_sensitive=True)
         self.buffers = Names(options["topk-buffers"], case_sensitive=True)
-        self.compacts_key = f"compacts:{self.compaction}:{sorted(options['topk-buffers'])}"
+        self.query = SwitchQuery(
+            switch=self.switch,
+            compaction=self.compaction,
+            forward_names=frozenset(options["forward-calls"]),
+            depth=options["helper-depth"],
+            buffers=self.buffers,
+            entry_points=Names(options["entry-points"], case_sensitive=True),
+            buffer_globs=tuple(options["topk-buffers"]),
+        )
         defaults = self.default_options()
         modelled = all(options[k] == defaults[k] for k in ("switch-method", "compaction-method", "topk-buffers"))
         self.names = TopkNames(self.switch, self.compaction, self.buffers, closed_world=modelled)
         self._roles: TopkRoles | None = None
-
-    def gathers(self, facts) -> bool:
-        """Whether a function gathers the rows of a top-k buffer in place (a compaction
-        written out, under any name)."""
-        return any(self.buffers.matches(buf.rsplit(".", 1)[-1]) for buf in facts.gathers)
-
-    def compacts(self, summaries, fn, self_cls) -> bool:
-        """Whether calling `fn` compacts: it calls `compaction-method` or gathers a top-k
-        buffer's rows, itself or in a function it calls."""
-        return summaries.reaches(fn, lambda c: c.name == self.compaction, self.compacts_key, self_cls, own=self.gathers)
 
     def roles(self, view: FunctionView) -> TopkRoles:
         if self._roles is None or self._roles.project is not view.project:
             self._roles = TopkRoles(view.project, self.names)
         return self._roles
 
+    # -- the screen: which calls are switches, and which windows to report ----------------------
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         if view.name == self.switch:
             return  # the switch's own body only delegates
         flow = None
         local = aliases = None
-        for call in _calls(view.node):
+        for call in calls_in(view.node):
             made = call
             if last_name(call.func) != self.switch and isinstance(call.func, ast.Name):
                 # a call of a local bound to the switch: `enter = partial(m.set_skip_topk, True)`
                 if local is None:
-                    local, aliases = partials(view.node), _aliases(view.node)
-                made = _called(call, local, aliases)
-            if last_name(made.func) != self.switch or _switch_value(made) is not True:
+                    local, aliases = partials(view.node), dotted_aliases(view.node)
+                made = called_through(call, local, aliases)
+            if last_name(made.func) != self.switch:
+                continue
+            assumed = self._assumed_on(view, made)
+            if assumed is None:
                 continue
             flow = flow or FieldFlow(view.node)
             idx = flow.by_call.get(id(call))
             if idx is None:
                 continue  # in a lambda or nested scope
-            window = _Window(self, view, flow, call, made)
+            window = Window(self.query, view, flow, call, made, assumed=assumed)
             verdict = window.judge(idx)
             if verdict.ok:
                 continue
             if self.roles(view).of_receiver(view, window.receiver) == NONE:
                 continue  # an object that holds no shared top-k buffer (a sampler)
-            yield Report(call, window.message(verdict), window.hint(), verdict.data())
+            yield Report(call, window.message(verdict), self._hint(window), verdict.data())
         yield from self._bound_switches(view)
+
+    def _assumed_on(self, view: FunctionView, made: ast.Call) -> dict[str, bool] | None:
+        """When a switch call turns reuse on: `{}` for the literal `True`; for a value the
+        source reads (`set_skip_topk(self.share)`), the atom that holds when it is on; for a
+        parameter of the function (`set_skip_topk(enabled)`), `{}` when a call the source
+        shows passes `True` or leaves a `True` default; None otherwise (off, or left to the
+        runtime guard)."""
+        value = switch_value(made)
+        if value is not None:
+            return {} if value else None
+        arg = made.args[0] if made.args else (made.keywords[0].value if len(made.keywords) == 1 else None)
+        if arg is None or isinstance(arg, ast.Starred):
+            return None
+        node = view.node
+        params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs] if hasattr(node, "args") else []
+        if isinstance(arg, ast.Name) and arg.id in params:
+            if view.info is None:
+                return None
+            method = view.info.facts.cls is not None
+            for _caller, _node, call in caller_sites(view.info, view.owner(), view):
+                if bind_params(node, call, {}, skip_self=method).get(arg.id) is True:
+                    return {}
+            return None
+        spelled = ref(arg)
+        return {spelled: True} if spelled else None
 
     def _bound_switches(self, view: FunctionView) -> Iterator[Report]:
         """The switch bound to an instance attribute (`self._reuse_on =
@@ -1098,471 +1361,37 @@ def propose(self, token_indices_to_sample):
                 switch, bound = value, None
             if last_name(switch) != self.switch or not isinstance(switch, ast.Attribute) or ref(switch.value) is None:
                 continue
-            aliases = _aliases(view.node) if aliases is None else aliases
-            receiver = _canonical(ref(switch.value), aliases)
-            for method, node, call in _attribute_calls(owner, target.attr):
+            aliases = dotted_aliases(view.node) if aliases is None else aliases
+            receiver = canonical_name(ref(switch.value), aliases)
+            for method, node, call in attribute_calls(owner, target.attr):
                 made = ast.Call(
                     func=switch,
                     args=(list(bound.args[1:]) if bound else []) + list(call.args),
                     keywords=(list(bound.keywords) if bound else []) + list(call.keywords),
                 )
-                if _switch_value(ast.copy_location(made, call)) is not True:
+                if switch_value(ast.copy_location(made, call)) is not True:
                     continue
                 there = FunctionView(view.ctx, method.module, node, method.qual)
                 flow = FieldFlow(node)
                 idx = flow.by_call.get(id(call))
                 if idx is None:
                     continue
-                window = _Window(self, there, flow, call, made, receiver=receiver)
+                window = Window(self.query, there, flow, call, made, receiver=receiver)
                 verdict = window.judge(idx)
                 if verdict.ok or self.roles(view).of_receiver(view, receiver) == NONE:
                     continue
                 where = f"`{view.text(target)}`, called in `{method.qual}()` at line {call.lineno},"
-                yield Report(value, window.message(verdict, bound=where), window.hint(), {**verdict.data(), "called_at": call.lineno})
+                yield Report(value, window.message(verdict, bound=where), self._hint(window), {**verdict.data(), "called_at": call.lineno})
                 break
+
+    def _hint(self, window: Window) -> str:
+        target = window.receiver or "<draft model>"
+        return compaction_call_hint(target, self.compaction, sampled_rows_name(window.view.node))
 
     def fix(self, report: Report, view: FunctionView) -> Fix | None:
         from ._fixes import ic002
 
         return ic002.build(self, report, view)
-
-
-
-@dataclass
-class _Verdict:
-    ok: bool
-    next_forward: str | None = None
-    partial: list[str] = field(default_factory=list)  # compactions that miss some path
-    via: list[str] = field(default_factory=list)  # callers the window went through
-    left_to_guard: bool = False
-
-    def data(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.next_forward:
-            out["next_forward"] = self.next_forward
-        if self.partial:
-            out["partial_compactions"] = self.partial
-        if self.via:
-            out["callers"] = self.via
-        return out
-
-
-class _Window:
-    """The paths around one switch call, in its function and, where they reach its start or
-    end, in its callers."""
-
-    def __init__(
-        self,
-        rule: SkipTopkWithoutCompaction,
-        view: FunctionView,
-        flow: Flow,
-        switch: ast.Call,
-        made: ast.Call | None = None,
-        receiver: str | None = None,
-    ) -> None:
-        self.rule = rule
-        self.view = view
-        self.flow = flow
-        self.switch = switch  # the call in the flow
-        made = made if made is not None else switch  # the call of the switch it makes (through a partial)
-        self.summaries = view.ctx.summaries(rule.depth)
-        self.receiver = receiver or (ref(made.func.value) if isinstance(made.func, ast.Attribute) else None)
-        self.owner = view.owner()
-        self.canon_receiver = _canonical(self.receiver, _aliases(view.node)) if self.receiver else None
-        self._loop_hits: dict[tuple[int, int], bool] = {}
-        self._per_function: dict[int, tuple[dict, set[int]]] = {}
-
-    def _locals(self, flow: Flow) -> tuple[dict, set[int]]:
-        """(the partials bound to locals, the nodes that gather a top-k buffer in place) of
-        the function a flow is of."""
-        key = id(flow.func)
-        got = self._per_function.get(key)
-        if got is None:
-            got = self._per_function[key] = (partials(flow.func), topk_gathers(flow.func, self.rule.buffers))
-        return got
-
-    # -- classification of one event ----------------------------------------------------------
-    def classify(self, node, aliases: dict[str, str], fn: FunctionInfo | None, self_cls: ClassInfo | None, flow: Flow, forward: bool, start: int | None = None) -> str | None:
-        if node.kind == "cond":
-            return "vacuous" if any(flow.empty(atom) for atom in node.atoms) else None
-        if node.kind == "store":
-            return "hit" if id(node.node) in self._locals(flow)[1] else None
-        if node.kind == "join":
-            # a `for` loop that runs no forward and compacts (gathers each layer's buffer,
-            # skipping those already done) is a compaction, as a helper holding it would be
-            loop = flow.loop_at(node.index)
-            if loop is None or not isinstance(loop.node, (ast.For, ast.AsyncFor)) or start in loop.members:
-                return None
-            key = (id(flow), loop.index)
-            got = self._loop_hits.get(key)
-            if got is None:
-                self._loop_hits[key] = False  # a loop inside itself
-                seen = flow.iteration(loop, lambda n: self.classify(n, aliases, fn, self_cls, flow, True, start))
-                got = self._loop_hits[key] = "hit" in seen and not seen & {"fwd", "mixed", "end"}
-            return "hit" if got else None
-        if node.kind != "call":
-            return None
-        call = node.node
-        rule = self.rule
-        bound, gathers = self._locals(flow)
-        if id(call) in gathers:
-            return "hit"
-        call = _called(call, bound, aliases)
-        if fn is not None and call is node.node:
-            # `self.f(...)` with `self.f = functools.partial(self.model.model.compact_topk_indices, ...)`
-            made = self.summaries.bound_call(fn, call_fact(call), self_cls)
-            if made is not None and made.ref:
-                call = _call_of(made.ref, call)
-        name = last_name(call.func)
-        if name == rule.switch:
-            recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
-            if forward and _switch_value(call) is False and self._same_model(_canonical(recv, aliases) if recv else None):
-                return "off"
-            return None
-        if name == rule.compaction:
-            recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
-            return "hit" if self._same_model(_canonical(recv, aliases) if recv else None) else None
-        callee = ref(call.func)
-        canon = _canonical(callee, aliases) if callee else None
-        if name in rule.forward_names or (canon is not None and canon in self._owners()):
-            return "fwd"
-        if fn is None or callee is None:
-            return None
-        sym = self.summaries.resolve(fn, callee, self_cls)
-        target = self.summaries.function_for(sym)
-        if target is None:
-            return None
-        sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
-        compacts = rule.compacts(self.summaries, target, sub_self)
-        forwards = self.summaries.reaches(target, lambda c: c.name in rule.forward_names, f"forwards:{sorted(rule.forward_names)}", sub_self)
-        if compacts and forwards:
-            return "mixed"
-        if compacts:
-            return "hit"
-        if forwards:
-            return "fwd"
-        return None
-
-    def _owners(self) -> set[str]:
-        """`self.model.model` -> {`self.model.model`, `self.model`}; bare `self` is no model."""
-        out = set()
-        for name in {self.receiver, self.canon_receiver} - {None}:
-            parts = name.split(".")
-            for i in range(1, len(parts) + 1):
-                prefix = ".".join(parts[:i])
-                if i >= 2 or prefix not in ("self", "cls"):
-                    out.add(prefix)
-        return out
-
-    def _same_model(self, recv: str | None) -> bool:
-        """A compaction on the switched model, an owner of it, or on what cannot be told."""
-        mine = self.canon_receiver
-        if recv is None or mine is None:
-            return True
-        return recv == mine or recv.startswith(mine + ".") or mine.startswith(recv + ".")
-
-    # -- the window -----------------------------------------------------------------------------
-    def judge(self, idx: int) -> _Verdict:
-        view, flow = self.view, self.flow
-        fn = view.info
-        aliases = _aliases(view.node)
-        known = flow.known_at(idx, fixed=True)
-        in_forward_loop = any(
-            any(self.classify(flow.nodes[m], aliases, fn, self.owner, flow, True, idx) == "fwd" for m in loop.members if flow.nodes[m].kind == "call")
-            for loop in flow.loops_of(idx)
-        )
-        verdict = _Verdict(ok=False)
-        sides = []
-        partial: set[int] = set()
-        for forward in (False, True):
-            stop = self._stopper(aliases, fn, self.owner, flow, forward, idx)
-            paths = flow.search(idx, forward, stop, known, self._assume)
-            uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
-            ends = paths.get("end", [])
-            hits = paths.get("hit", []) + ([] if forward else paths.get("mixed", []))
-            if hits and (uncovered or ends):
-                partial.update(p[-1] for p in hits)
-            if in_forward_loop and ends and (paths.get("hit") or paths.get("mixed") or uncovered):
-                ends = []  # the start/end of the function is not this loop's window
-            if forward and uncovered and verdict.next_forward is None:
-                last = uncovered[0][-1]
-                verdict.next_forward = view.text(flow.nodes[last].node.func)
-            sides.append((uncovered, ends))
-        # step 0 ran in this function: every path into the switch comes from a forward
-        proposal = bool(sides[0][0]) and not sides[0][1]
-        for forward, (uncovered, ends) in zip((False, True), sides):
-            if uncovered:
-                continue
-            if not ends:
-                verdict.ok = True
-                return verdict
-            # the window goes on in the callers
-            outcome = self._through_callers(fn, forward, known, CALLER_DEPTH, verdict)
-            if outcome == "covered":
-                verdict.ok = True
-                return verdict
-            if forward and outcome == "unknown" and proposal:
-                # no draft step follows in this proposal (a test that flips the switch and
-                # asserts; a path that returns before the loop)
-                verdict.ok = True
-                return verdict
-            if outcome == "unknown" and self._reachable_sibling_compacts():
-                verdict.ok = True
-                verdict.left_to_guard = True
-                return verdict
-        verdict.partial = [f"line {flow.nodes[i].node.lineno}" for i in sorted(partial)]
-        return verdict
-
-    def _stopper(self, aliases, fn, self_cls, flow: Flow, forward: bool, start: int):
-        def stop(node):
-            return self.classify(node, aliases, fn, self_cls, flow, forward, start)
-        return stop
-
-    def _assume(self, atom) -> bool | None:
-        """`hasattr(x, "compact_topk_indices")` is true: a model without it is IC003's finding."""
-        source = atom[0]
-        if source.startswith("hasattr(") and (f"'{self.rule.compaction}'" in source or f'"{self.rule.compaction}"' in source):
-            return True
-        return None
-
-    def _through_callers(self, fn: FunctionInfo | None, forward: bool, known: dict[str, bool], depth: int, verdict: _Verdict) -> str:
-        """'covered' if every caller covers the rest of the window on this side, 'open' if
-        one does not, 'unknown' if no caller is known (or, after the switch, a caller's path
-        ends where no caller is known)."""
-        if fn is None or depth <= 0:
-            return "unknown"
-        owner = self.owner if self.owner is not None else fn.owner()
-        sites = list(_callers(fn, owner))
-        if not sites:
-            return "unknown"
-        stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
-        outcome = "covered"
-        for caller, node, call in sites:
-            flow = FieldFlow(node)
-            idx = flow.by_call.get(id(call))
-            if idx is None:
-                return "open"
-            aliases = _aliases(node)
-            stop = self._stopper(aliases, caller, owner, flow, forward, idx)
-            known_here = dict(flow.known_at(idx, fixed=True))
-            known_here.update(stable_self)
-            paths = flow.search(idx, forward, stop, known_here, self._assume)
-            uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
-            if uncovered:
-                return "open"
-            verdict.via.append(caller.qual)
-            if paths.get("end"):
-                if not forward:
-                    return "open"  # further up: the order is not in the source
-                further = self._through_callers(caller, forward, known_here, depth - 1, verdict) if depth > 1 else "open"
-                if further == "open":
-                    return "open"
-                if further == "unknown":
-                    outcome = "unknown"
-        return outcome
-
-    def _reachable_sibling_compacts(self) -> bool:
-        owner, fn = self.owner, self.view.info
-        if owner is None or fn is None:
-            return False
-        own_calls = {c.name for c in fn.facts.calls}
-        for cls in owner.classes():
-            for name in cls.own_members():
-                if name == fn.short or name in own_calls:
-                    continue
-                method = cls.method(name)
-                if method is None:
-                    continue
-                if not self.rule.compacts(self.summaries, method, owner):
-                    continue
-                if self._reachable(owner, cls, name):
-                    return True
-        return False
-
-    def _reachable(self, owner: ClassInfo, defining: ClassInfo, name: str) -> bool:
-        if self.rule.entry_points.matches(name):
-            return True
-        mro = owner.classes()
-        later = mro[mro.index(defining) + 1 :] if defining in mro else []
-        if any(name in c.own_members() for c in later) or owner.has_unresolved_base():
-            return True  # overrides a base method (or may: a base the project cannot see)
-        # called anywhere in the project (other than by itself)
-        word = Words(name)
-        for path in self.view.project.files_containing(name):
-            module = self.view.project.module_at(path)
-            for chunk in module.leaf_chunks(word):
-                for facts in module.chunk_facts(chunk).functions.values():
-                    if facts.qual.rsplit(".", 1)[-1] != name and any(c.name == name for c in facts.calls):
-                        return True
-        return False
-
-    # -- words ----------------------------------------------------------------------------------
-    def message(self, verdict: _Verdict, bound: str | None = None) -> str:
-        rule = self.rule
-        prefix = f"{self.receiver}." if self.receiver else ""
-        where = f"the next forward `{verdict.next_forward}(...)`" if verdict.next_forward else "the next draft step"
-        text = (
-            f"`{prefix}{rule.switch}(True)`{' bound to ' + bound if bound else ''} makes later draft steps reuse the shared top-k buffer, "
-            f"but no `{rule.compaction}` call (direct or via a helper) runs between the forward "
-            f"before it and {where}"
-        )
-        if verdict.partial:
-            text += f" on every path (the compaction at {', '.join(verdict.partial)} is not on every path)"
-        return text + ": those steps would read per-token rows instead of one row per request"
-
-    def hint(self) -> str:
-        target = self.receiver or "<draft model>"
-        return compaction_call_hint(target, self.rule.compaction, _indices(self.view.node))
-
-
-# -- helpers ------------------------------------------------------------------------------------
-
-
-def _calls(node: ast.AST) -> Iterator[ast.Call]:
-    from invariant_check.analysis.facts import walk_local
-
-    for sub in walk_local(node):
-        if isinstance(sub, ast.Call):
-            yield sub
-
-
-def _switch_value(call: ast.Call) -> bool | None:
-    """True/False for `f(True)`/`f(False)`, or the same as the only keyword argument; None
-    when the value is not a literal."""
-    if call.args:
-        arg = call.args[0]
-    elif len(call.keywords) == 1:
-        arg = call.keywords[0].value
-    else:
-        return None
-    kind = literal_kind(arg)
-    return True if kind == "True" else False if kind == "False" else None
-
-
-def _called(call: ast.Call, bound: dict[str, ast.Call], aliases: dict[str, str]) -> ast.Call:
-    """The call a call of a local makes: of the function a `functools.partial` bound to it
-    wraps, with its arguments first (`enter()` with `enter = partial(m.set_skip_topk, True)`),
-    or of the method a local names (`switch = m.set_skip_topk`, then `switch(True)`)."""
-    made = through_partial(call, bound)
-    if made is not call:
-        return made
-    if isinstance(call.func, ast.Name):
-        target = aliases.get(call.func.id)
-        if target and "." in target:
-            return _call_of(target, call)
-    return call
-
-
-def _call_of(spelled: str, call: ast.Call) -> ast.Call:
-    """`call` with its callee replaced by the dotted `spelled`."""
-    try:
-        func = ast.parse(spelled, mode="eval").body
-    except SyntaxError:
-        return call
-    return ast.copy_location(ast.Call(func=func, args=call.args, keywords=call.keywords), call)
-
-
-def _attribute_calls(owner: ClassInfo, attr: str):
-    """(method, its ast node, the call) for each call `self.<attr>(...)` in the methods of a
-    class and its bases."""
-    word = Words(attr)
-    for cls in owner.classes():
-        text = cls.module.source.text
-        chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
-        for member in cls.own_members():
-            chunk = chunks.get(member)
-            if chunk is None or not word.holds(text, chunk.start, chunk.end):
-                continue
-            method = cls.method(member)
-            if method is None or not method.facts.params:
-                continue
-            me = method.facts.params[0]
-            if not any(c.ref == f"{me}.{attr}" for c in method.facts.calls):
-                continue
-            node = method.node()
-            if node is None:
-                continue
-            for call in _calls(node):
-                if ref(call.func) == f"{me}.{attr}":
-                    yield method, node, call
-
-
-def _aliases(node: ast.AST) -> dict[str, str]:
-    """Local names bound once to a dotted value: `draft_model = self.model.model`."""
-    from invariant_check.analysis.facts import walk_local
-
-    seen: dict[str, set[str | None]] = {}
-    for sub in walk_local(node):
-        if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
-            seen.setdefault(sub.targets[0].id, set()).add(ref(sub.value))
-        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name):
-            seen.setdefault(sub.target.id, set()).add(ref(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value else None)
-    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
-
-
-def _canonical(name: str, aliases: dict[str, str]) -> str:
-    for _ in range(8):
-        head, dot, rest = name.partition(".")
-        target = aliases.get(head)
-        if target is None or target == head:
-            break
-        name = target + dot + rest
-    return name
-
-
-def _callers(fn: FunctionInfo, owner: ClassInfo | None):
-    """(caller, its ast node, the call) for each call of `fn` whose caller the source shows:
-    `self.<fn>(...)` in the methods of its class and their bases, and a nested function
-    called by name in the function that defines it."""
-    name = fn.short
-    head, sep, _ = fn.qual.rpartition(".<locals>.")
-    if sep:
-        enclosing = fn.module.function(head)
-        node = enclosing.node() if enclosing is not None else None
-        if node is not None:
-            for call in _calls(node):
-                if isinstance(call.func, ast.Name) and call.func.id == name:
-                    yield enclosing, node, call
-        return
-    if owner is None:
-        return
-    word = Words(name)
-    for cls in owner.classes():
-        text = cls.module.source.text
-        chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
-        for member in cls.own_members():
-            chunk = chunks.get(member)
-            if chunk is not None and not word.holds(text, chunk.start, chunk.end):
-                continue
-            method = cls.method(member)
-            if method is None or method == fn:
-                continue
-            if not any(c.name == name and c.ref in (f"self.{name}", f"super().{name}") for c in method.facts.calls):
-                continue
-            node = method.node()
-            if node is None:
-                continue
-            for call in _calls(node):
-                if last_name(call.func) == name and ref(call.func) in (f"self.{name}", f"super().{name}"):
-                    yield method, node, call
-
-
-def _indices(node: ast.AST) -> str:
-    names = set()
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and "token_indices" in sub.id:
-            names.add(sub.id)
-        elif isinstance(sub, ast.Attribute) and "token_indices" in sub.attr:
-            r = ref(sub)
-            if r:
-                names.add(r)
-    for preferred in _INDEX_NAMES:
-        for name in sorted(names, key=len):
-            if name == preferred or name.endswith("." + preferred):
-                return name
-    for name in sorted(names):
-        return name
-    return _PLACEHOLDER
 
 
 __all__ = ["SkipTopkWithoutCompaction"]

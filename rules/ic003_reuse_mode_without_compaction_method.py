@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Names, Words
+from invariant_check.analysis.members import delegates_attributes, installs_member
 from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, declares_only
 from invariant_check.rule import Report, Rule
 from invariant_check.types import Fix, Invalid, Option, Valid
@@ -91,6 +92,13 @@ class ReuseModeWithoutCompactionMethod(Rule):
       `__init__` an object of a class that does. A flag that is handed on
       (`self.indexer(x, reuse=self.reuse)`) or read by no code of the class is taken to
       reach a buffer.
+
+    - a class that gets the compaction from outside its body in a way the source shows: a
+      class decorator of the project that assigns it on the class it is given
+      (`cls.compact_topk_indices = _default`, `setattr(cls, "compact_topk_indices", ...)`,
+      also on some path only), or a `__getattr__` of a project class in its MRO that returns
+      a value (a wrapper that hands missing attributes on to the model it wraps; torch's
+      `nn.Module.__getattr__` does not count).
 
     Not checked: a switch attached to a class from outside its body (a plugin's patch module
     assigning `SomeVllmPredictor.set_skip_topk = fn`); only class bodies are read for it.
@@ -306,6 +314,48 @@ class Predictor(nn.Module):
     def set_skip_topk(self, skip):
         for layer in self.layers:
             layer.indexer.skip_topk = skip
+"""
+        ),
+        # A class decorator of the project installs the compaction on the class.
+        Valid(
+            """
+import torch.nn as nn
+
+from .sharing import with_default_compaction
+
+@with_default_compaction
+class SparseMTPPredictor(nn.Module):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            files={
+                "sharing.py": """
+def _compact(self, slot_ids):
+    for layer in self.layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+def with_default_compaction(cls):
+    if "compact_topk_indices" not in vars(cls):
+        cls.compact_topk_indices = _compact
+    return cls
+"""
+            },
+        ),
+        # A wrapper whose `__getattr__` hands the compaction on to the model it wraps.
+        Valid(
+            """
+class GraphModeWrapper:
+    def __init__(self, predictor):
+        self.predictor = predictor
+
+    def __getattr__(self, name):
+        return getattr(self.predictor, name)
+
+    def set_skip_topk(self, skip):
+        self.predictor.set_skip_topk(skip)
+        self.mode = skip
 """
         ),
     ]
@@ -569,6 +619,8 @@ class Predictor(IndexReuse):
             return  # a base the project cannot see might provide it
         if self._roles.of_class(info) == NONE:
             return  # its switch concerns no shared top-k buffer (a sampler's top-k filter)
+        if any(installs_member(view.project, cls, compaction) or delegates_attributes(cls) for cls in info.classes()):
+            return  # a class decorator installs it, or `__getattr__` hands it on to another object
         data = {"class": info.name, "bases": [b or "?" for b in info.base_spellings()]}
         if fallback:
             data["resolved_by"] = "short-name"

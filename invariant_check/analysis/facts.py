@@ -542,6 +542,10 @@ def _self_attr(value: ast.AST | None) -> list | None:
         if last_name(value.func) == "partial" and value.args:
             inner = ref(value.args[0])
             return ["partial", inner] if inner else None
+        if fn == "getattr" and len(value.args) in (2, 3) and isinstance(value.args[1], ast.Constant) and isinstance(value.args[1].value, str):
+            # `getattr(model.model, "compact_topk_indices", None)`: the bound method, cached
+            holder = ref(value.args[0])
+            return ["ref", f"{holder}.{value.args[1].value}"] if holder and value.args[1].value.isidentifier() else None
         if fn in ("copy.copy", "copy.deepcopy", "copy", "deepcopy", "replace", "dataclasses.replace") and value.args:
             src = ref(value.args[0])
             return ["copy", src] if src else None

@@ -33,7 +33,7 @@ Atom = tuple[str, bool]  # (source, polarity)
 @dataclass
 class Node:
     index: int
-    kind: str  # 'call', 'bind', 'cond', 'join'
+    kind: str  # 'call', 'bind', 'cond', 'join', 'exit' (a `with` item's `__exit__`), 'yield'
     node: ast.AST | None = None  # the Call / the binding statement / the test
     name: str | None = None  # bound name for 'bind'
     atoms: tuple[Atom, ...] = ()  # for 'cond': what taking this branch asserts
@@ -161,6 +161,10 @@ class Flow:
                 cur = self._expr(part, cur)
             self._link(cur, head)
             return {head}
+        if isinstance(expr, (ast.Yield, ast.YieldFrom)):
+            preds = self._expr(expr.value, preds)
+            # a generator hands control back here (a `@contextmanager`'s `with` block runs)
+            return self._chain(preds, self._new("yield", expr))
         if isinstance(expr, ast.NamedExpr):
             preds = self._expr(expr.value, preds)
             return self._chain(preds, self._new("bind", expr, expr.target.id))
@@ -232,7 +236,11 @@ class Flow:
                 preds = self._expr(item.context_expr, preds)
                 if item.optional_vars is not None:
                     preds = self._bind_targets(item.optional_vars, st, preds)
-            return self._block(st.body, preds)
+            preds = self._block(st.body, preds)
+            for item in reversed(st.items):
+                # the context manager's `__exit__` runs when the block is left normally
+                preds = self._chain(preds, self._new("exit", item.context_expr))
+            return preds
         if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             start = set(preds)
             before = len(self.nodes)
@@ -391,7 +399,7 @@ class Flow:
         paths that ended so (as node lists); the ends of the function are verdict 'end'.
 
         A `cond` node whose atoms contradict `known` (or what `assume` says of an atom) is not
-        taken. Each node is visited once per search (paths through a loop are cut at the
+        taken, nor, walking backwards, a node inside a branch whose conditions contradict it. Each node is visited once per search (paths through a loop are cut at the
         second visit, which cannot add a new verdict).
         """
         known = dict(known or {})
@@ -410,6 +418,8 @@ class Flow:
             node = self.nodes[idx]
             if node.kind == "cond" and not _consistent(node.atoms, known, assume):
                 continue
+            if not forward and node.conds and not _consistent(node.conds, known, assume):
+                continue  # walking back into a branch that is not taken
             verdict = stop(node)
             if verdict is not None:
                 out.setdefault(verdict, []).append(path)

@@ -654,6 +654,9 @@ class ClassInfo:
                         continue
                     head, dot, rest = how[1].partition(".")
                     alias = fn.aliases.get(head)
+                    if alias is None and head in fn.params[1:]:
+                        # a parameter the method also stores on self: `self.model = model`
+                        alias = next((f"self.{a}" for a, h in fn.self_attrs.items() if h == ["ref", head]), None)
                     return (alias + dot + rest) if alias else how[1]
         return None
 
@@ -1096,7 +1099,14 @@ class Project:
                 return Symbol("external", f"{base}.{attr}" if base else attr)
             if target is module and not module.is_package:
                 return UNKNOWN
-            return self.attribute(Symbol("module", target.name, target), attr, depth + 1)
+            got = self.attribute(Symbol("module", target.name, target), attr, depth + 1)
+            if got.kind == "unknown" and not level:
+                # a package read from outside (the environment) while the project holds the
+                # submodule: `from vllm.v1.spec_decode import helpers` with helpers.py in-tree
+                sub = self.find_module(f"{mod_name}.{attr}", module, probe=True)
+                if sub is not None:
+                    return Symbol("module", sub.name, sub)
+            return got
         if kind == "alias" and how[1] and how[1] != name:
             return self.resolve(module, how[1], None, depth + 1)
         return UNKNOWN

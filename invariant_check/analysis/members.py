@@ -1,0 +1,93 @@
+"""Members a class gets from outside its body: a class decorator that installs one
+(`cls.compact_topk_indices = _default`, `setattr(cls, "compact_topk_indices", ...)`), and a
+`__getattr__` that hands every missing attribute on to another object (a wrapper that
+delegates to the model it wraps).
+
+`installs_member(project, cls, name)`: some decorator of the class, a function of the
+project (through imports), assigns `name` on the class it is given, on some path.
+`delegates_attributes(cls)`: a project class defines `__getattr__` and it returns a value on
+some path (not one that only raises `AttributeError`); torch's `nn.Module.__getattr__` (its
+parameters and submodules) does not count.
+"""
+
+from __future__ import annotations
+
+import ast
+
+from .facts import last_name, ref, walk_local
+from .project import ClassInfo, Project, Scope
+
+
+def class_node(cls: ClassInfo) -> ast.ClassDef | None:
+    """The `ast` of a class, found by its qualified name in its module."""
+    try:
+        tree = ast.parse(cls.module.source.text)
+    except (SyntaxError, ValueError):
+        return None
+    parts = cls.qual.split(".")
+    body = tree.body
+    found = None
+    for part in parts:
+        found = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == part), None)
+        if found is None:
+            return None
+        body = found.body
+    return found
+
+
+def installs_member(project: Project, cls: ClassInfo, name: str) -> bool:
+    node = class_node(cls)
+    if node is None or not node.decorator_list:
+        return False
+    for dec in node.decorator_list:
+        target = dec.func if isinstance(dec, ast.Call) else dec
+        spelled = ref(target)
+        if not spelled:
+            continue
+        sym = project.resolve(cls.module, spelled, Scope(cls.module))
+        fn = project.function_of(sym) if sym.kind == "function" else None
+        fnode = fn.node() if fn is not None else None
+        if fnode is None:
+            continue
+        if isinstance(dec, ast.Call):
+            # a factory: the decorator is the nested function it returns
+            inner = _returned_def(fnode)
+            fnode = inner if inner is not None else fnode
+        params = [a.arg for a in fnode.args.posonlyargs + fnode.args.args]
+        if params and _assigns(fnode, params[0], name):
+            return True
+    return False
+
+
+def delegates_attributes(cls: ClassInfo) -> bool:
+    if cls.module.origin != "project" or "__getattr__" not in cls.own_members():
+        # outside the project: torch's `nn.Module.__getattr__` returns parameters and
+        # submodules, never a method the class lacks
+        return False
+    method = cls.method("__getattr__")
+    node = method.node() if method is not None else None
+    if node is None:
+        return True  # a body the source does not show: it may hand anything on
+    return any(isinstance(sub, ast.Return) and sub.value is not None for sub in walk_local(node))
+
+
+def _assigns(fnode: ast.AST, param: str, name: str) -> bool:
+    for sub in walk_local(fnode):
+        if isinstance(sub, (ast.Assign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name) and t.value.id == param:
+                    return True
+        elif isinstance(sub, ast.Call) and last_name(sub.func) == "setattr" and len(sub.args) >= 2:
+            obj, attr = sub.args[0], sub.args[1]
+            if isinstance(obj, ast.Name) and obj.id == param and isinstance(attr, ast.Constant) and attr.value == name:
+                return True
+    return False
+
+
+def _returned_def(node: ast.AST) -> ast.AST | None:
+    defs = {st.name: st for st in getattr(node, "body", []) if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Name) and sub.value.id in defs:
+            return defs[sub.value.id]
+    return None

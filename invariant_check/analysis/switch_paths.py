@@ -1,0 +1,756 @@
+"""Paths around a switch into top-k reuse: does a compaction of the shared buffer, with the
+rows of this step, run on every path between the forward before the switch (draft step 0) and
+the forward after it (the first step that reuses the buffer)?
+
+`SwitchQuery` names what the question is about (the switch and compaction methods, the calls
+that run a forward, the top-k buffer names, how deep helpers are followed, which methods a
+framework calls by name). `Window(query, view, flow, call)` is the question for one switch
+call; `Window.judge(index)` walks every path of the function's control flow backwards to the
+previous forward and forwards to the next one, following calls into project functions,
+methods of `self` and its bases (resolved for the subclass), `functools.partial` and
+bound-method bindings, and, where a path reaches the start or the end of the function, the
+callers the source shows (the methods of the class and its bases that call it, the function a
+nested one is defined in).
+
+Any rule may ask these queries; IC002 is the one that reports on them.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+from .facts import call_fact, last_name, literal_kind, ref, walk_local
+from .fields import FieldFlow
+from .flow import ENTRY, EXIT, Flow
+from .needs import Names, Words
+from .objects import partials, through_partial
+from .project import ClassInfo, FunctionInfo
+from .topk import topk_gathers
+from .views import FunctionView
+
+CALLER_DEPTH = 2  # how many callers up a window may extend (hook -> propose -> caller)
+
+
+@dataclass
+class SwitchQuery:
+    """What a switch window asks about."""
+
+    switch: str = "set_skip_topk"
+    compaction: str = "compact_topk_indices"
+    forward_names: frozenset = frozenset({"model", "forward", "draft_model", "run_model", "_run_model"})
+    depth: int = 4
+    buffers: Names = field(default_factory=lambda: Names(["*topk_indices*"], case_sensitive=True))
+    entry_points: Names = field(default_factory=lambda: Names(["propose", "forward", "load_model", "dummy_run", "capture", "on_*"], case_sensitive=True))
+    buffer_globs: tuple = ("*topk_indices*",)
+
+    @property
+    def compacts_key(self) -> str:
+        return f"compacts:{self.compaction}:{sorted(self.buffer_globs)}"
+
+    def gathers(self, facts) -> bool:
+        """Whether a function gathers the rows of a top-k buffer in place (a compaction
+        written out, under any name)."""
+        return any(self.buffers.matches(buf.rsplit(".", 1)[-1]) for buf in facts.gathers)
+
+    def compacts(self, summaries, fn, self_cls) -> bool:
+        """Whether calling `fn` compacts: it calls the compaction method or gathers a top-k
+        buffer's rows, itself or in a function it calls."""
+        return summaries.reaches(fn, lambda c: c.name == self.compaction, self.compacts_key, self_cls, own=self.gathers)
+
+    def forwards(self, summaries, fn, self_cls) -> bool:
+        """Whether calling `fn` runs a draft step."""
+        return summaries.reaches(fn, lambda c: c.name in self.forward_names, f"forwards:{sorted(self.forward_names)}", self_cls)
+
+
+@dataclass
+class Verdict:
+    ok: bool
+    next_forward: str | None = None
+    partial: list[str] = field(default_factory=list)  # compactions that miss some path
+    via: list[str] = field(default_factory=list)  # callers the window went through
+    left_to_guard: bool = False
+
+    def data(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.next_forward:
+            out["next_forward"] = self.next_forward
+        if self.partial:
+            out["partial_compactions"] = self.partial
+        if self.via:
+            out["callers"] = self.via
+        return out
+
+
+class Window:
+    """The paths around one switch call, in its function and, where they reach its start or
+    end, in its callers."""
+
+    def __init__(
+        self,
+        rule: SwitchQuery,
+        view: FunctionView,
+        flow: Flow,
+        switch: ast.Call,
+        made: ast.Call | None = None,
+        receiver: str | None = None,
+        assumed: dict[str, bool] | None = None,
+    ) -> None:
+        self.assumed = dict(assumed or {})  # what holds when the switch turns reuse on
+        self.rule = rule
+        self.view = view
+        self.flow = flow
+        self.switch = switch  # the call in the flow
+        made = made if made is not None else switch  # the call of the switch it makes (through a partial)
+        self.made = made
+        self.summaries = view.ctx.summaries(rule.depth)
+        self.receiver = receiver or (ref(made.func.value) if isinstance(made.func, ast.Attribute) else None)
+        self.owner = view.owner()
+        self.canon_receiver = canonical_name(self.receiver, dotted_aliases(view.node)) if self.receiver else None
+        self._loop_hits: dict[tuple[int, int], bool] = {}
+        self._effects: dict[tuple, tuple[str | None, str | None]] = {}
+        self._known: dict[str, bool] = {}
+        self._flow_known: dict[int, dict[str, bool]] = {}
+        self._per_function: dict[int, tuple[dict, set[int]]] = {}
+
+    def _locals(self, flow: Flow) -> tuple[dict, set[int]]:
+        """(the partials bound to locals, the nodes that gather a top-k buffer in place) of
+        the function a flow is of."""
+        key = id(flow.func)
+        got = self._per_function.get(key)
+        if got is None:
+            got = self._per_function[key] = (partials(flow.func), topk_gathers(flow.func, self.rule.buffers))
+        return got
+
+    # -- classification of one event ----------------------------------------------------------
+    def classify(self, node, aliases: dict[str, str], fn: FunctionInfo | None, self_cls: ClassInfo | None, flow: Flow, forward: bool, start: int | None = None) -> str | None:
+        if node.kind == "cond":
+            return "vacuous" if any(flow.empty(atom) for atom in node.atoms) else None
+        if node.kind == "store":
+            return "hit" if id(node.node) in self._locals(flow)[1] else None
+        if node.kind == "join":
+            # a `for` loop that runs no forward and compacts (gathers each layer's buffer,
+            # skipping those already done) is a compaction, as a helper holding it would be
+            loop = flow.loop_at(node.index)
+            if loop is None or not isinstance(loop.node, (ast.For, ast.AsyncFor)) or start in loop.members:
+                return None
+            key = (id(flow), loop.index)
+            got = self._loop_hits.get(key)
+            if got is None:
+                self._loop_hits[key] = False  # a loop inside itself
+                seen = flow.iteration(loop, lambda n: self.classify(n, aliases, fn, self_cls, flow, True, start))
+                got = self._loop_hits[key] = "hit" in seen and not seen & {"fwd", "mixed", "end"}
+            return "hit" if got else None
+        if node.kind == "exit":
+            return self._exit_effect(fn, node.node, self_cls, forward, self.rule.depth)
+        if node.kind == "yield":
+            # a `@contextmanager` generator: its caller's `with` block runs here
+            return "end" if fn is not None and self._is_context_manager(fn) else None
+        if node.kind != "call":
+            return None
+        call = node.node
+        rule = self.rule
+        bound, gathers = self._locals(flow)
+        if id(call) in gathers:
+            return "hit"
+        call = called_through(call, bound, aliases)
+        if fn is not None and call is node.node:
+            # `self.f(...)` with `self.f = functools.partial(self.model.model.compact_topk_indices, ...)`
+            made = self.summaries.bound_call(fn, call_fact(call), self_cls)
+            if made is not None and made.ref:
+                call = call_of(made.ref, call)
+        name = last_name(call.func)
+        if name == rule.switch:
+            recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            if forward and switch_value(call) is False and self._same_model(canonical_name(recv, aliases) if recv else None):
+                return "off"
+            return None
+        if name == rule.compaction:
+            recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
+            if identity_rows(call):
+                return None  # rows 0..n-1 gathered onto themselves: nothing moves
+            return "hit" if self._same_model(canonical_name(recv, aliases) if recv else None) else None
+        callee = ref(call.func)
+        if callee is None and isinstance(call.func, ast.Subscript):
+            # a module held in a container of the model: `draft_model.mtp_layers[0](...)`
+            held = ref(call.func.value)
+            held = canonical_name(held, aliases) if held else None
+            if held is not None and any(held == o or held.startswith(o + ".") for o in self._owners()):
+                return "fwd"
+        canon = canonical_name(callee, aliases) if callee else None
+        if canon is not None and canon in self._owners():
+            return "fwd"
+        target = None
+        if fn is not None and callee is not None:
+            target = self.summaries.function_for(self.summaries.resolve(fn, callee, self_cls))
+        if target is None:
+            return "fwd" if name in rule.forward_names else None
+        sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
+        first, last = self.effect(target, sub_self, call, self._known_for(flow))
+        return first if forward else last
+
+    def _is_context_manager(self, fn: FunctionInfo) -> bool:
+        node = fn.node()
+        return node is not None and any(last_name(d) in ("contextmanager", "asynccontextmanager") for d in getattr(node, "decorator_list", []))
+
+    def _switch_compacts(self, fn: FunctionInfo | None) -> bool:
+        """Whether the switch call itself compacts: its receiver's switch method (or, when the
+        receiver's class cannot be told, the switch method of every project class that
+        defines one) compacts with the arguments of this call (`set_skip_topk(True, rows)`
+        with `if skip and slot_ids is not None: self.compact_topk_indices(slot_ids)`)."""
+        made = self.made
+        if fn is None or not isinstance(made.func, ast.Attribute):
+            return False
+        spelled = ref(made.func)
+        target = self.summaries.function_for(self.summaries.resolve(fn, spelled, self.owner)) if spelled else None
+        candidates = [target] if target is not None else list(self._switch_methods())
+        if not candidates:
+            return False
+        for method in candidates:
+            first, last = self.effect(method, method.owner(), made, self._known)
+            if "hit" not in (first, last):
+                return False
+        return True
+
+    def _switch_methods(self) -> Iterator[FunctionInfo]:
+        name = self.rule.switch
+        word = Words(name)
+        project = self.view.project
+        for path in project.files_containing(name):
+            module = project.module_at(path)
+            for chunk in module.leaf_chunks(word):
+                for facts in module.chunk_facts(chunk).functions.values():
+                    if facts.cls is not None and facts.qual.rsplit(".", 1)[-1] == name:
+                        yield FunctionInfo(module, facts)
+
+    # -- what a call of a project function does, for the arguments of this call -----------------
+    def _known_for(self, flow: Flow) -> dict[str, bool]:
+        return self._flow_known.get(id(flow), {})
+
+    def effect(self, target: FunctionInfo, sub_self: ClassInfo | None, call: ast.Call | None, known: dict[str, bool], depth: int | None = None) -> tuple[str | None, str | None]:
+        """(the first, the last) event of a call of `target` that the window cares about:
+        'hit' (a compaction), 'fwd' (a draft step) or None, each on some path of its body
+        (a compaction on some path counts: the helper's own conditions are its business), with
+        the parameters bound as this call binds them (`compact_rows` not passed, so `None`,
+        prunes `if compact_rows is not None:`), through the decorators the project defines
+        (a wrapper that compacts after the wrapped call returns)."""
+        depth = self.rule.depth if depth is None else depth
+        rule = self.rule
+        compacts = rule.compacts(self.summaries, target, sub_self)
+        forwards = rule.forwards(self.summaries, target, sub_self)
+        decorated = self._decorators(target)
+        if not compacts and not decorated:
+            return ("fwd", "fwd") if forwards else (None, None)
+        node = target.node()
+        if node is None or depth <= 0:
+            return ("fwd" if forwards else "hit", "hit") if compacts else (("fwd", "fwd") if forwards else (None, None))
+        inner = self._body_effect(target, node, sub_self, call, known, depth) if compacts else (("fwd", "fwd") if forwards else (None, None))
+        for wrapper, wrapped in decorated:
+            inner = self._body_effect(target, wrapper, sub_self, None, {}, depth, wrapped=(wrapped, inner))
+        return inner
+
+    def _body_effect(self, target, node, sub_self, call, known, depth, wrapped=None) -> tuple[str | None, str | None]:
+        key = (id(node), id(call), tuple(sorted(known.items())), wrapped[1] if wrapped else None)
+        got = self._effects.get(key)
+        if got is not None:
+            return got
+        self._effects[key] = (None, None)  # recursion
+        flow = FieldFlow(node)
+        bound = bind_params(node, call, known, skip_self=target.facts.cls is not None) if call is not None else {}
+        bound = {a: v for a, v in bound.items() if flow.stable((a, v))}
+        aliases = dotted_aliases(node)
+        gathers = topk_gathers(node, self.rule.buffers)
+        local = partials(node)
+        rule = self.rule
+
+        def stop(n, forward: bool):
+            if n.kind == "cond":
+                return "vacuous" if any(flow.empty(atom) for atom in n.atoms) else None
+            if n.kind == "store":
+                return "hit" if id(n.node) in gathers else None
+            if n.kind not in ("call", "exit"):
+                return None
+            c = n.node
+            if id(c) in gathers:
+                return "hit"
+            if wrapped is not None and isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id == wrapped[0]:
+                first, last = wrapped[1]
+                return first if forward else last
+            if n.kind == "exit":
+                return self._exit_effect(target, c, sub_self, forward, depth)
+            c = called_through(c, local, aliases)
+            nm = last_name(c.func)
+            if nm == rule.compaction:
+                return None if identity_rows(c) else "hit"
+            if nm == rule.switch:
+                return None
+            spelled = ref(c.func)
+            sub = self.summaries.function_for(self.summaries.resolve(target, spelled, sub_self)) if spelled else None
+            if sub is not None:
+                s2 = sub_self if (spelled.startswith("self.") and spelled.count(".") == 1) or spelled.startswith("super().") else sub.owner()
+                first, last = self.effect(sub, s2, c, {}, depth - 1)
+                return first if forward else last
+            return "fwd" if nm in rule.forward_names else None
+
+        out = []
+        for forward, start in ((True, ENTRY), (False, EXIT)):
+            paths = flow.search(start, forward, lambda n, f=forward: stop(n, f), bound, self._assume)
+            out.append("hit" if paths.get("hit") else "fwd" if paths.get("fwd") else None)
+        got = self._effects[key] = (out[0], out[1])
+        return got
+
+    def _exit_effect(self, fn, expr, self_cls, forward: bool, depth: int) -> str | None:
+        """What leaving a `with` block runs: the `__exit__` of the context manager's class."""
+        if not isinstance(expr, ast.Call) or fn is None:
+            return None
+        spelled = ref(expr.func)
+        if not spelled:
+            return None
+        sym = self.summaries.resolve(fn, spelled, self_cls)
+        cls = self.view.project.class_of(sym) if sym.kind == "class" else None
+        if cls is None:
+            return None
+        method = cls.method("__exit__")
+        if method is None:
+            return None
+        first, last = self.effect(method, cls, None, {}, depth - 1)
+        return first if forward else last
+
+    def _decorators(self, target: FunctionInfo) -> list[tuple[ast.AST, str]]:
+        """(the wrapper function, the name it calls the wrapped one by) of each decorator of
+        `target` defined in the project, innermost first: `def deco(fn): def wrapper(*a):
+        out = fn(*a); ...; return wrapper` (also a factory: `@timed("x")`)."""
+        node = target.node()
+        if node is None or not getattr(node, "decorator_list", None):
+            return []
+        out = []
+        for dec in reversed(node.decorator_list):
+            factory = isinstance(dec, ast.Call)
+            spelled = ref(dec.func if factory else dec)
+            if not spelled or spelled.rsplit(".", 1)[-1] in ("staticmethod", "classmethod", "property", "contextmanager", "cache", "lru_cache"):
+                continue
+            info = self.summaries.function_for(self.summaries.resolve(target, spelled, target.owner()))
+            dnode = info.node() if info is not None else None
+            if dnode is None:
+                continue
+            if factory:
+                dnode = _returned_def(dnode)
+                if dnode is None:
+                    continue
+            wrapper = _returned_def(dnode)
+            params = [a.arg for a in dnode.args.posonlyargs + dnode.args.args]
+            if wrapper is not None and params:
+                out.append((wrapper, params[0]))
+        return out
+
+    def _owners(self) -> set[str]:
+        """`self.model.model` -> {`self.model.model`, `self.model`}; bare `self` is no model."""
+        out = set()
+        for name in {self.receiver, self.canon_receiver} - {None}:
+            parts = name.split(".")
+            for i in range(1, len(parts) + 1):
+                prefix = ".".join(parts[:i])
+                if i >= 2 or prefix not in ("self", "cls"):
+                    out.add(prefix)
+        return out
+
+    def _same_model(self, recv: str | None) -> bool:
+        """A compaction on the switched model, an owner of it, or on what cannot be told."""
+        mine = self.canon_receiver
+        if recv is None or mine is None:
+            return True
+        return recv == mine or recv.startswith(mine + ".") or mine.startswith(recv + ".")
+
+    # -- the window -----------------------------------------------------------------------------
+    def judge(self, idx: int) -> Verdict:
+        view, flow = self.view, self.flow
+        fn = view.info
+        aliases = dotted_aliases(view.node)
+        known = {**flow.known_at(idx, fixed=True), **self.assumed}
+        self._known = self._flow_known[id(flow)] = known
+        if self._switch_compacts(fn):
+            return Verdict(ok=True)
+        in_forward_loop = any(
+            any("fwd" in (self.classify(flow.nodes[m], aliases, fn, self.owner, flow, True, idx), self.classify(flow.nodes[m], aliases, fn, self.owner, flow, False, idx)) for m in loop.members if flow.nodes[m].kind == "call")
+            for loop in flow.loops_of(idx)
+        )
+        verdict = Verdict(ok=False)
+        sides = []
+        partial: set[int] = set()
+        for forward in (False, True):
+            stop = self._stopper(aliases, fn, self.owner, flow, forward, idx)
+            paths = flow.search(idx, forward, stop, known, self._assume)
+            uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
+            ends = paths.get("end", [])
+            hits = paths.get("hit", []) + ([] if forward else paths.get("mixed", []))
+            if hits and (uncovered or ends):
+                partial.update(p[-1] for p in hits)
+            if in_forward_loop and ends and (paths.get("hit") or paths.get("mixed") or uncovered):
+                ends = []  # the start/end of the function is not this loop's window
+            if forward and uncovered and verdict.next_forward is None:
+                last = uncovered[0][-1]
+                verdict.next_forward = view.text(flow.nodes[last].node.func)
+            sides.append((uncovered, ends))
+        # step 0 ran in this function: every path into the switch comes from a forward
+        proposal = bool(sides[0][0]) and not sides[0][1]
+        for forward, (uncovered, ends) in zip((False, True), sides):
+            if uncovered:
+                continue
+            if not ends:
+                verdict.ok = True
+                return verdict
+            # the window goes on in the callers
+            outcome = self._through_callers(fn, forward, known, CALLER_DEPTH, verdict)
+            if outcome == "covered":
+                verdict.ok = True
+                return verdict
+            if forward and outcome == "unknown" and proposal:
+                # no draft step follows in this proposal (a test that flips the switch and
+                # asserts; a path that returns before the loop)
+                verdict.ok = True
+                return verdict
+            if outcome == "unknown" and self._reachable_sibling_compacts():
+                verdict.ok = True
+                verdict.left_to_guard = True
+                return verdict
+        verdict.partial = [f"line {flow.nodes[i].node.lineno}" for i in sorted(partial)]
+        return verdict
+
+    def _stopper(self, aliases, fn, self_cls, flow: Flow, forward: bool, start: int):
+        def stop(node):
+            return self.classify(node, aliases, fn, self_cls, flow, forward, start)
+        return stop
+
+    def _assume(self, atom) -> bool | None:
+        """`hasattr(x, "compact_topk_indices")` is true: a model without it is IC003's finding."""
+        source = atom[0]
+        if source.startswith("hasattr(") and (f"'{self.rule.compaction}'" in source or f'"{self.rule.compaction}"' in source):
+            return True
+        return None
+
+    def _through_callers(self, fn: FunctionInfo | None, forward: bool, known: dict[str, bool], depth: int, verdict: Verdict) -> str:
+        """'covered' if every caller covers the rest of the window on this side, 'open' if
+        one does not, 'unknown' if no caller is known (or, after the switch, a caller's path
+        ends where no caller is known)."""
+        if fn is None or depth <= 0:
+            return "unknown"
+        owner = self.owner if self.owner is not None else fn.owner()
+        sites = list(caller_sites(fn, owner, self.view))
+        if not sites:
+            return "unknown"
+        stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
+        outcome = "covered"
+        for caller, node, call in sites:
+            flow = FieldFlow(node)
+            idx = flow.by_call.get(id(call))
+            if idx is None:
+                return "open"
+            aliases = dotted_aliases(node)
+            stop = self._stopper(aliases, caller, owner, flow, forward, idx)
+            known_here = dict(flow.known_at(idx, fixed=True))
+            known_here.update(stable_self)
+            self._flow_known[id(flow)] = known_here
+            paths = flow.search(idx, forward, stop, known_here, self._assume)
+            uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
+            if uncovered:
+                return "open"
+            verdict.via.append(caller.qual)
+            if paths.get("end"):
+                if not forward:
+                    return "open"  # further up: the order is not in the source
+                further = self._through_callers(caller, forward, known_here, depth - 1, verdict) if depth > 1 else "open"
+                if further == "open":
+                    return "open"
+                if further == "unknown":
+                    outcome = "unknown"
+        return outcome
+
+    def _reachable_sibling_compacts(self) -> bool:
+        owner, fn = self.owner, self.view.info
+        if owner is None or fn is None:
+            return False
+        own_calls = {c.name for c in fn.facts.calls}
+        for cls in owner.classes():
+            for name in cls.own_members():
+                if name == fn.short or name in own_calls:
+                    continue
+                method = cls.method(name)
+                if method is None:
+                    continue
+                if not self.rule.compacts(self.summaries, method, owner):
+                    continue
+                if self._reachable(owner, cls, name):
+                    return True
+        return False
+
+    def _reachable(self, owner: ClassInfo, defining: ClassInfo, name: str) -> bool:
+        if self.rule.entry_points.matches(name):
+            return True
+        mro = owner.classes()
+        later = mro[mro.index(defining) + 1 :] if defining in mro else []
+        if any(name in c.own_members() for c in later) or owner.has_unresolved_base():
+            return True  # overrides a base method (or may: a base the project cannot see)
+        # called anywhere in the project (other than by itself)
+        word = Words(name)
+        for path in self.view.project.files_containing(name):
+            module = self.view.project.module_at(path)
+            for chunk in module.leaf_chunks(word):
+                for facts in module.chunk_facts(chunk).functions.values():
+                    if facts.qual.rsplit(".", 1)[-1] != name and any(c.name == name for c in facts.calls):
+                        return True
+        return False
+
+    # -- words ----------------------------------------------------------------------------------
+    def message(self, verdict: Verdict, bound: str | None = None) -> str:
+        rule = self.rule
+        prefix = f"{self.receiver}." if self.receiver else ""
+        where = f"the next forward `{verdict.next_forward}(...)`" if verdict.next_forward else "the next draft step"
+        text = (
+            f"`{prefix}{rule.switch}(True)`{' bound to ' + bound if bound else ''} makes later draft steps reuse the shared top-k buffer, "
+            f"but no `{rule.compaction}` call (direct or via a helper) runs between the forward "
+            f"before it and {where}"
+        )
+        if verdict.partial:
+            text += f" on every path (the compaction at {', '.join(verdict.partial)} is not on every path)"
+        return text + ": those steps would read per-token rows instead of one row per request"
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def calls_in(node: ast.AST) -> Iterator[ast.Call]:
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Call):
+            yield sub
+
+
+def switch_value(call: ast.Call) -> bool | None:
+    """True/False for `f(True)`/`f(False)`, or the same as the only keyword argument; None
+    when the value is not a literal."""
+    if call.args:
+        arg = call.args[0]
+    elif len(call.keywords) == 1:
+        arg = call.keywords[0].value
+    else:
+        return None
+    kind = literal_kind(arg)
+    return True if kind == "True" else False if kind == "False" else None
+
+
+def called_through(call: ast.Call, bound: dict[str, ast.Call], aliases: dict[str, str]) -> ast.Call:
+    """The call a call of a local makes: of the function a `functools.partial` bound to it
+    wraps, with its arguments first (`enter()` with `enter = partial(m.set_skip_topk, True)`),
+    or of the method a local names (`switch = m.set_skip_topk`, then `switch(True)`)."""
+    made = through_partial(call, bound)
+    if made is not call:
+        return made
+    if isinstance(call.func, ast.Name):
+        target = aliases.get(call.func.id)
+        if target and "." in target:
+            return call_of(target, call)
+    return call
+
+
+def call_of(spelled: str, call: ast.Call) -> ast.Call:
+    """`call` with its callee replaced by the dotted `spelled`."""
+    try:
+        func = ast.parse(spelled, mode="eval").body
+    except SyntaxError:
+        return call
+    return ast.copy_location(ast.Call(func=func, args=call.args, keywords=call.keywords), call)
+
+
+def attribute_calls(owner: ClassInfo, attr: str):
+    """(method, its ast node, the call) for each call `self.<attr>(...)` in the methods of a
+    class and its bases."""
+    word = Words(attr)
+    for cls in owner.classes():
+        text = cls.module.source.text
+        chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
+        for member in cls.own_members():
+            chunk = chunks.get(member)
+            if chunk is None or not word.holds(text, chunk.start, chunk.end):
+                continue
+            method = cls.method(member)
+            if method is None or not method.facts.params:
+                continue
+            me = method.facts.params[0]
+            if not any(c.ref == f"{me}.{attr}" for c in method.facts.calls):
+                continue
+            node = method.node()
+            if node is None:
+                continue
+            for call in calls_in(node):
+                if ref(call.func) == f"{me}.{attr}":
+                    yield method, node, call
+
+
+def dotted_aliases(node: ast.AST) -> dict[str, str]:
+    """Local names bound once to a dotted value: `draft_model = self.model.model`."""
+    seen: dict[str, set[str | None]] = {}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+            seen.setdefault(sub.targets[0].id, set()).add(ref(sub.value))
+        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name):
+            seen.setdefault(sub.target.id, set()).add(ref(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value else None)
+    return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
+
+
+def canonical_name(name: str, aliases: dict[str, str]) -> str:
+    for _ in range(8):
+        head, dot, rest = name.partition(".")
+        target = aliases.get(head)
+        if target is None or target == head:
+            break
+        name = target + dot + rest
+    return name
+
+
+def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None):
+    """(caller, its ast node, the call) for each call of `fn` whose caller the source shows:
+    `self.<fn>(...)` in the methods of its class and their bases, and a nested function
+    called by name in the function that defines it."""
+    name = fn.short
+    head, sep, _ = fn.qual.rpartition(".<locals>.")
+    if sep:
+        enclosing = fn.module.function(head)
+        node = enclosing.node() if enclosing is not None else None
+        if node is not None:
+            for call in calls_in(node):
+                if isinstance(call.func, ast.Name) and call.func.id == name:
+                    yield enclosing, node, call
+        return
+    if owner is None:
+        if view is not None and fn.facts.cls is None:
+            # a module-level function: its call sites in the project, resolved through imports
+            from .fields import callers
+
+            for site in callers(view, fn):
+                yield site.caller, site.node, site.call
+        return
+    word = Words(name)
+    for cls in owner.classes():
+        text = cls.module.source.text
+        chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
+        for member in cls.own_members():
+            chunk = chunks.get(member)
+            if chunk is not None and not word.holds(text, chunk.start, chunk.end):
+                continue
+            method = cls.method(member)
+            if method is None or method == fn:
+                continue
+            if not any(c.name == name and c.ref in (f"self.{name}", f"super().{name}") for c in method.facts.calls):
+                continue
+            node = method.node()
+            if node is None:
+                continue
+            for call in calls_in(node):
+                if last_name(call.func) == name and ref(call.func) in (f"self.{name}", f"super().{name}"):
+                    yield method, node, call
+
+
+_INDEX_NAMES = ("token_indices_to_sample", "last_token_indices")
+_PLACEHOLDER = "token_indices_to_sample"
+
+
+def sampled_rows_name(node: ast.AST) -> str:
+    names = set()
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and "token_indices" in sub.id:
+            names.add(sub.id)
+        elif isinstance(sub, ast.Attribute) and "token_indices" in sub.attr:
+            r = ref(sub)
+            if r:
+                names.add(r)
+    for preferred in _INDEX_NAMES:
+        for name in sorted(names, key=len):
+            if name == preferred or name.endswith("." + preferred):
+                return name
+    for name in sorted(names):
+        return name
+    return _PLACEHOLDER
+
+
+
+
+def _returned_def(node: ast.AST) -> ast.AST | None:
+    """The nested function a function returns by name (a decorator's wrapper)."""
+    defs = {st.name: st for st in getattr(node, "body", []) if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Name) and sub.value.id in defs:
+            return defs[sub.value.id]
+    return None
+
+
+def identity_rows(call: ast.Call) -> bool:
+    """A compaction with the rows 0..n-1 (`torch.arange(n)`, `self.arange[:n]`,
+    `range(n)`): each row is gathered onto itself, which moves nothing."""
+    if not call.args:
+        return False
+    rows = call.args[0]
+    if isinstance(rows, ast.Call) and last_name(rows.func) in ("arange", "range"):
+        return len(rows.args) == 1 or (len(rows.args) >= 2 and isinstance(rows.args[0], ast.Constant) and rows.args[0].value == 0)
+    if isinstance(rows, ast.Subscript) and last_name(rows.value) == "arange" and isinstance(rows.slice, ast.Slice):
+        return rows.slice.lower is None and rows.slice.step is None
+    return False
+
+
+def bind_params(node: ast.AST, call: ast.Call, known: dict[str, bool], skip_self: bool) -> dict[str, bool]:
+    """What a call tells of the parameters of the function it calls, as atoms of its
+    conditions: a parameter left to a `None` default or passed `None` is None (`p is None`,
+    `not p`), a literal `True`/`False` is that, any other value (a name, an attribute) is not
+    None. `x if c else None` takes the branch `known` decides, and is `None` when `known`
+    does not decide it (passed under a narrower condition than the caller's)."""
+    args = node.args
+    params = [a.arg for a in args.posonlyargs + args.args]
+    if skip_self and params:
+        params = params[1:]
+    positional_defaults = dict(zip(reversed([a.arg for a in args.posonlyargs + args.args]), reversed(args.defaults)))
+    defaults = {**positional_defaults, **{a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}}
+    given: dict[str, ast.AST] = {}
+    rest_unknown = False
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            rest_unknown = True
+            break
+        if i < len(params):
+            given[params[i]] = arg
+    for kw in call.keywords:
+        if kw.arg is None:
+            rest_unknown = True
+        else:
+            given[kw.arg] = kw.value
+    out: dict[str, bool] = {}
+    for p in params + [a.arg for a in args.kwonlyargs]:
+        value = given.get(p)
+        if value is None:
+            if rest_unknown:
+                continue
+            value = defaults.get(p)
+        while isinstance(value, ast.IfExp):
+            test = known.get(_source(value.test))
+            if test is None:
+                # undecided here: a `None` branch means the value is passed under a narrower
+                # condition than the caller's, so it is taken as that `None`
+                nones = [v for v in (value.body, value.orelse) if literal_kind(v) == "None"]
+                value = nones[0] if nones else None
+                break
+            value = value.body if test else value.orelse
+        if value is None:
+            continue
+        kind = literal_kind(value)
+        if kind == "None":
+            out.update({f"{p} is None": True, f"{p} is not None": False, p: False})
+        elif kind in ("True", "False"):
+            out.update({p: kind == "True", f"{p} is None": False, f"{p} is not None": True})
+        elif isinstance(value, (ast.Name, ast.Attribute, ast.Subscript)):
+            out.update({f"{p} is None": False, f"{p} is not None": True})
+    return out
+
+
+def _source(expr: ast.AST) -> str:
+    try:
+        return ast.unparse(expr)
+    except Exception:
+        return ""
