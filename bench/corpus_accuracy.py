@@ -84,7 +84,7 @@ DEFENDED: dict[str, dict[tuple[str, str, int], str]] = {
 
 def invariant_check_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("invariant-check")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "invariant_check.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "invariant_check.cli.commands"]
 
 
 def unpack(source: Path, workdir: Path) -> tuple[str, Path]:

@@ -126,7 +126,7 @@ def ruff_state(ruff: list[str], config: Path, tree: Path, rel: str, data: bytes)
 
 def invariant_check_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("invariant-check")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "invariant_check.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "invariant_check.cli.commands"]
 
 
 def fresh_tree(source: Path, workdir: Path) -> tuple[str, Path]:

@@ -209,7 +209,7 @@ def main() -> int:
         if args.patch_sampler:
             patch_sampler(overlay / "vllm")
         overlays[name] = overlay
-    lint = [sys.executable, "-m", "invariant_check.cli", "lint", "--no-cache", "vllm"]
+    lint = [sys.executable, "-m", "invariant_check.cli.commands", "lint", "--no-cache", "vllm"]
     before = run([*lint, "--format", "json"], cwd=overlays["fixed"])
     findings = json.loads(before.stdout)["findings"] if before.stdout.strip() else []
     fixed = run([*lint, "--fix", "--unsafe-fixes", "--show-fixes"], cwd=overlays["fixed"])

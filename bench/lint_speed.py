@@ -489,8 +489,8 @@ def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> Non
         import json, sys, time
         from pathlib import Path
         from invariant_check.analysis.project import Project
-        from invariant_check.analyze import Plan
-        from invariant_check.registry import all_rules
+        from invariant_check.lint.analyze import Plan
+        from invariant_check.api.registry import all_rules
         tree = Path(sys.argv[1])
         rules = [r for r in all_rules().values() if not r.EMITTED_BY_ENGINE]
         plan = Plan.build(rules, {r.CODE: r.default_options() for r in rules})
@@ -529,9 +529,9 @@ def profile_section(exe: Path, tree: Path, one_file: Path, workdir: Path) -> Non
     code = textwrap.dedent(r"""
         import functools, sys, time
         t0 = time.perf_counter()
-        import invariant_check.cli as cli
-        import invariant_check.engine as E, invariant_check.analyze as A, invariant_check.cache as C
-        import invariant_check.analysis.project as P, invariant_check.discovery as D, invariant_check.finalize as F
+        import invariant_check.cli.commands as cli
+        import invariant_check.lint.engine as E, invariant_check.lint.analyze as A, invariant_check.lint.cache as C
+        import invariant_check.analysis.project as P, invariant_check.lint.discovery as D, invariant_check.lint.finalize as F
         from invariant_check import registry
         t1 = time.perf_counter()
         registry.all_rules()
@@ -711,11 +711,11 @@ def main() -> int:
 
         baseline = repeat(args.repeat, lambda i: [sys.executable, "-c", "pass"], cwd=work)
         imports = repeat(args.repeat, lambda i: [sys.executable, "-c", "import click"], cwd=work)
-        cli_import = repeat(args.repeat, lambda i: [sys.executable, "-c", "import invariant_check.cli"], cwd=work)
+        cli_import = repeat(args.repeat, lambda i: [sys.executable, "-c", "import invariant_check.cli.commands"], cwd=work)
         rows.append(("  for reference: python -c pass", baseline, "", None))
         rows.append(("  for reference: python -c 'import click'", imports, "", None))
         rows.append(("  for reference: python -c 'import libcst'", big_imports, "", None))
-        rows.append(("  for reference: python -c 'import invariant_check.cli'", cli_import, "", None))
+        rows.append(("  for reference: python -c 'import invariant_check.cli.commands'", cli_import, "", None))
 
         mem = peak_memory([ours, "lint", "--cache-dir", work / "cache-mem", *jobs, "--format", "json", tree])
 

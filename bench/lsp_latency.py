@@ -90,7 +90,7 @@ def server_command() -> list[str]:
     exe = Path(sys.executable).with_name("invariant-check")
     if exe.is_file():
         return [str(exe), "server"]
-    return [sys.executable, "-c", "from invariant_check.cli import main; main()", "server"]
+    return [sys.executable, "-c", "from invariant_check.cli.commands import main; main()", "server"]
 
 
 async def run(tree: Path, rel: str, repeats: int) -> dict:

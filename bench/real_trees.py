@@ -102,7 +102,7 @@ def load_trees(path: Path) -> list[dict]:
 
 def linter_cmd(python: str) -> list[str]:
     exe = Path(python).with_name("invariant-check")
-    return [str(exe)] if exe.is_file() else [python, "-m", "invariant_check.cli"]
+    return [str(exe)] if exe.is_file() else [python, "-m", "invariant_check.cli.commands"]
 
 
 def describe_linter(python: str) -> str:

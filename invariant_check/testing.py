@@ -10,9 +10,9 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from .engine import Engine
-from .rule import Rule
-from .types import Finding, Invalid, Valid
+from .lint.engine import Engine
+from .api.rule import Rule
+from .api.types import Finding, Invalid, Valid
 
 EXAMPLE_FILE = "example.py"
 

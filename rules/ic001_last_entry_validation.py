@@ -23,8 +23,8 @@ from invariant_check.analysis.source import one_line
 from invariant_check.analysis.values import COMPREHENSIONS, FIRST_INDEX, POP_CALL, STAR_TARGET, OneEntry, Produced, picked
 from invariant_check.analysis.values import Finding as ValueFinding
 from invariant_check.analysis.views import FunctionView
-from invariant_check.rule import Report, Rule
-from invariant_check.types import Fix, Invalid, Option, Valid
+from invariant_check.api.rule import Report, Rule
+from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 
 class LastEntryValidation(Rule):

@@ -22,8 +22,8 @@ from invariant_check.analysis.switch_paths import (
 )
 from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles
 from invariant_check.analysis.views import FunctionView
-from invariant_check.rule import Report, Rule
-from invariant_check.types import Fix, Invalid, Option, Valid
+from invariant_check.api.rule import Report, Rule
+from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_call_hint
 

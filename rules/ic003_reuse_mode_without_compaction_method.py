@@ -5,8 +5,8 @@ from typing import Any, Iterator
 from invariant_check.analysis.needs import Names, Words
 from invariant_check.analysis.members import delegates_attributes, installs_member
 from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, declares_only
-from invariant_check.rule import Report, Rule
-from invariant_check.types import Fix, Invalid, Option, Valid
+from invariant_check.api.rule import Report, Rule
+from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 from ._hints import compaction_method_hint
 

@@ -33,8 +33,8 @@ from invariant_check.analysis.needs import Need
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.summaries import Summaries
 from invariant_check.analysis.views import FunctionView
-from invariant_check.rule import Report, Rule
-from invariant_check.types import Fix, Invalid, Option, Valid
+from invariant_check.api.rule import Report, Rule
+from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 
 @dataclass(frozen=True)

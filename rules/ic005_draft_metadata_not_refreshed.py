@@ -41,8 +41,8 @@ from invariant_check.analysis.steps import (
     skipping_branches,
 )
 from invariant_check.analysis.views import FunctionView
-from invariant_check.rule import Report, Rule
-from invariant_check.types import Fix, Invalid, Option, Valid
+from invariant_check.api.rule import Report, Rule
+from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 # in-place methods of a dict of per-layer metadata that give it new entries
 _DICT_REFRESH = frozenset({"update", "setdefault", "__setitem__"})

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from invariant_check.rule import Rule
-from invariant_check.types import Invalid, Valid
+from invariant_check.api.rule import Rule
+from invariant_check.api.types import Invalid, Valid
 
 
 class UnusedSuppression(Rule):

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from invariant_check.rule import Rule
-from invariant_check.types import Invalid, Valid
+from invariant_check.api.rule import Rule
+from invariant_check.api.types import Invalid, Valid
 
 BASELINE = "ic-baseline.json"
 # The finding every example's code holds (IC003: a class with `set_skip_topk` and no compaction).
@@ -97,9 +97,9 @@ class UnusedBaselineEntry(Rule):
         returns this rule's findings (in the baseline file)."""
         from pathlib import Path
 
-        from invariant_check.baseline import Fingerprints, Scope, apply, load
-        from invariant_check.engine import Engine
-        from invariant_check.registry import all_rules
+        from invariant_check.adoption.baseline import Fingerprints, Scope, apply, load
+        from invariant_check.lint.engine import Engine
+        from invariant_check.api.registry import all_rules
         from invariant_check.testing import write_example
 
         write_example(root, example)

@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from invariant_check import envvars
+from invariant_check.settings import envvars
 
 ENV_GUARDS = "INVARIANT_CHECK_GUARDS"
 ENV_MODE = "INVARIANT_CHECK_GUARDS_MODE"
@@ -23,7 +23,7 @@ ENV_COMPACTION = "INVARIANT_CHECK_COMPACTION"
 TOPK_LAYOUT = "topk-layout"
 GROUP_METADATA = "group-metadata"
 METADATA_COHERENCE = "metadata-coherence"
-# The accepted values of every variable live in one table (invariant_check/envvars.py), which the
+# The accepted values of every variable live in one table (invariant_check/settings/envvars.py), which the
 # error messages and docs/guards.md are written from.
 GUARD_NAMES: tuple[str, ...] = envvars.GUARD_NAMES
 MODES: tuple[str, ...] = ("raise", "warn", "record")

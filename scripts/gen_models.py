@@ -79,7 +79,7 @@ def _variants(name: str) -> set[str]:
 
 
 def vocabulary() -> Vocabulary:
-    from invariant_check.registry import all_rules
+    from invariant_check.api.registry import all_rules
 
     rules = all_rules()
     opts = {code: rules[code].default_options() for code in ("IC002", "IC003", "IC004", "IC005")}

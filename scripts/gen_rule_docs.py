@@ -8,7 +8,7 @@ A page holds the rule's code, name and summary, its docstring (What it does / Wh
 Example / Use instead / Options), its option defaults as a table and as a pyproject snippet, and
 every VALID/INVALID example that tests/test_rule_examples.py runs, each with the comment written
 above it in the rule's source. Rules are found the way the linter finds them
-(`invariant_check.registry.all_rules()`), so a new rule module gets its page with no change here.
+(`invariant_check.api.registry.all_rules()`), so a new rule module gets its page with no change here.
 Exit status: 0 up to date (or written), 1 stale pages (--check), 2 the pages could not be made.
 """
 
@@ -171,7 +171,7 @@ def render_page(rule: type) -> str:
     ]
     if rule.OPTIONS:
         out += ["", "## Option defaults", "", render_options(rule)]
-    from invariant_check.fixes import example_fix
+    from invariant_check.fixing.fixes import example_fix
 
     fixed = example_fix(rule)
     if fixed:
@@ -225,7 +225,7 @@ def render_index(rules: dict[str, type]) -> str:
 
 
 def expected_pages() -> dict[str, str]:
-    from invariant_check.registry import all_rules
+    from invariant_check.api.registry import all_rules
 
     rules = all_rules()
     pages = {page_name(rule): render_page(rule) for rule in rules.values()}

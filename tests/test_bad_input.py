@@ -26,12 +26,12 @@ from hypothesis import strategies as st
 
 from ic_support import BAD_CLASS, RULE, TREE, assert_no_traceback, run_cli
 
-from invariant_check import cli as cli_module
-from invariant_check.analyze import Plan, lint_bytes
-from invariant_check.engine import PARALLEL_MIN_FILES, Engine
-from invariant_check.records import Outcome
-from invariant_check.registry import all_rules
-from invariant_check.types import FileError
+from invariant_check.cli import commands as cli_module
+from invariant_check.lint.analyze import Plan, lint_bytes
+from invariant_check.lint.engine import PARALLEL_MIN_FILES, Engine
+from invariant_check.lint.records import Outcome
+from invariant_check.api.registry import all_rules
+from invariant_check.api.types import FileError
 
 TRIGGER = "set_skip_topk"
 ERROR_LINE = re.compile(r"^(?P<path>[^:]+)(?::(?P<line>\d+):(?P<col>\d+))?: error: (?P<msg>.+)$")
@@ -208,7 +208,7 @@ def test_unreadable_file(tmp_path):
     (tmp_path / "ok.py").write_text(BAD_CLASS)
     try:
         proc = subprocess.run(
-            [*prefix, sys.executable, "-m", "invariant_check.cli", "lint", "--select", RULE,
+            [*prefix, sys.executable, "-m", "invariant_check.cli.commands", "lint", "--select", RULE,
              "--format", "json", "--no-cache", "."],
             cwd=tmp_path, capture_output=True, text=True, timeout=300,
         )
@@ -253,7 +253,7 @@ def test_file_deleted_between_scan_and_parse(tmp_path):
     # that read can fail
     import time
 
-    from invariant_check.cache import Cache
+    from invariant_check.lint.cache import Cache
 
     path = tmp_path / "never.py"
     path.write_text(BAD_CLASS)
@@ -415,7 +415,7 @@ def test_fifo_given_to_the_engine(tmp_path):
 @pytest.mark.parametrize("filler", [PARALLEL_MIN_FILES + 20], ids=["pool"])
 def test_no_worker_processes_falls_back_to_serial(tmp_path, monkeypatch, filler):
     # sandboxes without /dev/shm (or a process limit) refuse the pool: lint serially, and say so
-    from invariant_check import engine as engine_mod
+    from invariant_check.lint import engine as engine_mod
 
     for i in range(8):
         (tmp_path / f"m{i}.py").write_text(BAD_CLASS)
@@ -448,7 +448,7 @@ def test_unlistable_folder(tmp_path):
     (tmp_path / "ok.py").write_text(BAD_CLASS)
     try:
         proc = subprocess.run(
-            [*prefix, sys.executable, "-m", "invariant_check.cli", "lint", "--select", RULE,
+            [*prefix, sys.executable, "-m", "invariant_check.cli.commands", "lint", "--select", RULE,
              "--format", "json", "--no-cache", "."],
             cwd=tmp_path, capture_output=True, text=True, timeout=300,
         )
@@ -465,7 +465,7 @@ def test_unlistable_folder(tmp_path):
 def test_a_rule_that_cannot_be_set_up_does_not_stop_the_others(tmp_path, stage):
     # A test-only rule (handed to the engine directly, not registered) that raises while the
     # run is planned: it is left out, the error names it, IC003 still reports.
-    from invariant_check.rule import Rule
+    from invariant_check.api.rule import Rule
 
     class Broken(Rule):
         CODE = "IC990"
@@ -491,7 +491,7 @@ def test_a_rule_that_raises_in_one_file_does_not_silence_the_others(tmp_path):
     # A test-only rule that raises while visiting: the file gets an error naming it, and the
     # other rules' findings in that same file are still reported.
     from invariant_check.analysis.needs import Words
-    from invariant_check.rule import Rule
+    from invariant_check.api.rule import Rule
 
     class Crashing(Rule):
         CODE = "IC992"

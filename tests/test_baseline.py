@@ -185,7 +185,7 @@ def test_standard_input_is_matched_as_the_file_it_names(tree):
 
 
 def test_statement_fingerprints():
-    from invariant_check.baseline import MODULE, SourceFacts, normalize
+    from invariant_check.adoption.baseline import MODULE, SourceFacts, normalize
 
     src = (
         "import x\n"

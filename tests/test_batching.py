@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from invariant_check import cli as cli_module
+from invariant_check.cli import commands as cli_module
 
 TREE = {
     "pyproject.toml": "[tool.invariant-check]\n",

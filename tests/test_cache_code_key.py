@@ -40,7 +40,7 @@ def _copy_package(dest: Path) -> Path:
 def _lint(code_dir: Path, project: Path, cache: Path) -> list[dict]:
     env = dict(os.environ, PYTHONPATH=str(code_dir), PYTHONDONTWRITEBYTECODE="1")
     proc = subprocess.run(
-        [sys.executable, "-c", "from invariant_check.cli import main; main()", "lint", "--format", "json",
+        [sys.executable, "-c", "from invariant_check.cli.commands import main; main()", "lint", "--format", "json",
          "--cache-dir", str(cache), "mtp.py"],
         cwd=project, env=env, capture_output=True, text=True, timeout=120,
     )

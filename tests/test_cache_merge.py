@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from invariant_check.cache import Cache, ScanInfo, digest
+from invariant_check.lint.cache import Cache, ScanInfo, digest
 
 
 def _old_file(path: Path, text: str) -> Path:
@@ -44,7 +44,7 @@ def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):
         (tmp_path / name).mkdir()
         _old_file(tmp_path / name / "m.py", "class P(nn.Module):\n    def set_skip_topk(self, s):\n        self.layer.skip_topk = s\n")
     cache_dir = tmp_path / "cache"
-    cmd = [sys.executable, "-m", "invariant_check.cli", "lint", "--format", "json", "--cache-dir", str(cache_dir)]
+    cmd = [sys.executable, "-m", "invariant_check.cli.commands", "lint", "--format", "json", "--cache-dir", str(cache_dir)]
     procs = [subprocess.Popen([*cmd, part], cwd=tmp_path, stdout=subprocess.PIPE, text=True) for part in ("x", "y")]
     for p in procs:
         p.communicate()

@@ -25,9 +25,9 @@ from ic_support import (
     write_tree,
 )
 
-from invariant_check.cache import Cache, config_key
-from invariant_check.engine import Engine
-from invariant_check.registry import all_rules
+from invariant_check.lint.cache import Cache, config_key
+from invariant_check.lint.engine import Engine
+from invariant_check.api.registry import all_rules
 
 
 def lint(tree: Path, *args: str) -> dict:
@@ -244,7 +244,7 @@ def test_engine_prefilter_equivalence_on_all_rule_examples(tmp_path):
 def test_large_tree_same_findings_serial_and_parallel(tmp_path):
     # Past a size threshold the engine also scans and prefilters in worker processes; the
     # findings must not depend on that, cold or warm, with or without the prefilter.
-    from invariant_check import engine as engine_mod
+    from invariant_check.lint import engine as engine_mod
 
     filler = getattr(engine_mod, "PARALLEL_SCAN_MIN_FILES", 400) + 20
     tree = dict(TREE)
@@ -310,7 +310,7 @@ def test_the_comparison_has_teeth(tmp_path):
     # A test-only rule whose trigger does not cover what it reports: the prefilter then hides
     # a finding, and comparing against --no-prefilter is what exposes it.
     from invariant_check.analysis.needs import Words
-    from invariant_check.rule import Report, Rule
+    from invariant_check.api.rule import Report, Rule
 
     class Leaky(Rule):
         CODE = "IC991"

@@ -25,9 +25,9 @@ from ic_support import (
     write_tree,
 )
 
-from invariant_check import cli as cli_module
-from invariant_check.engine import PARALLEL_MIN_FILES
-from invariant_check.registry import all_rules
+from invariant_check.cli import commands as cli_module
+from invariant_check.lint.engine import PARALLEL_MIN_FILES
+from invariant_check.api.registry import all_rules
 
 FINDING_LINE = re.compile(r"^(?P<path>[^:\s][^:]*):(?P<line>\d+):(?P<col>\d+): (?P<rule>IC\d{3}) (?P<msg>.+)$")
 
@@ -195,7 +195,7 @@ def test_show_source_flag_puts_a_caret_under_the_name(tmp_path):
 def _run_in_pty(args: list[str], cwd: Path) -> tuple[int, str]:
     master, slave = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "invariant_check.cli", *args],
+        [sys.executable, "-m", "invariant_check.cli.commands", *args],
         cwd=cwd,
         env=clean_env(NO_COLOR="1"),
         stdin=subprocess.DEVNULL,
@@ -445,7 +445,7 @@ def test_internal_error_is_one_line(tmp_path, monkeypatch):
     def explode(self, files):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr("invariant_check.engine.Engine.lint", explode)
+    monkeypatch.setattr("invariant_check.lint.engine.Engine.lint", explode)
     result = CliRunner().invoke(cli_module.main, ["lint", "--no-cache", "."])
     assert result.exit_code == 2
     assert result.stderr == "invariant-check: error: internal error: RuntimeError: boom second line\n"
@@ -461,7 +461,7 @@ def test_broken_rule_package_is_one_line_everywhere(tmp_path, monkeypatch, args)
     def broken():
         raise ImportError("cannot import name 'x' from 'invariant_check.rules.ic999'")
 
-    monkeypatch.setattr("invariant_check.registry.all_rules", broken)
+    monkeypatch.setattr("invariant_check.api.registry.all_rules", broken)
     result = CliRunner().invoke(cli_module.main, args)
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("invariant-check: error: internal error: ImportError: cannot import name")
@@ -475,7 +475,7 @@ def test_interrupt_is_exit_2_not_findings(tmp_path, monkeypatch):
     def interrupted(self, files):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("invariant_check.engine.Engine.lint", interrupted)
+    monkeypatch.setattr("invariant_check.lint.engine.Engine.lint", interrupted)
     result = CliRunner().invoke(cli_module.main, ["lint", "--no-cache", "."])
     assert result.exit_code == 2
     assert result.stderr == "invariant-check: error: interrupted\n"
@@ -489,7 +489,7 @@ def test_debug_env_shows_the_real_exception(tmp_path, monkeypatch):
     def explode(self, files):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr("invariant_check.engine.Engine.lint", explode)
+    monkeypatch.setattr("invariant_check.lint.engine.Engine.lint", explode)
     result = CliRunner().invoke(cli_module.main, ["lint", "--no-cache", "."])
     assert isinstance(result.exception, RuntimeError)
 

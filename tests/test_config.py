@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ic_support import BAD_CLASS, run_cli
 
-from invariant_check.config import (
+from invariant_check.settings.config import (
     DEFAULT_EXCLUDES,
     KNOWN_KEYS,
     ConfigError,
@@ -17,8 +17,8 @@ from invariant_check.config import (
     load_config,
     parse_table,
 )
-from invariant_check.registry import all_rules
-from invariant_check.types import Option
+from invariant_check.api.registry import all_rules
+from invariant_check.api.types import Option
 
 RULE = "IC003"
 

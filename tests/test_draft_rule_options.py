@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from ic_support import assert_no_traceback, run_cli
 
-from invariant_check.config import ConfigError, parse_table
+from invariant_check.settings.config import ConfigError, parse_table
 
 STEP = """
 from dataclasses import dataclass

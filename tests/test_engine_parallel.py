@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from invariant_check import engine as engine_mod
+from invariant_check.lint import engine as engine_mod
 
-CLI = [sys.executable, "-m", "invariant_check.cli"]
+CLI = [sys.executable, "-m", "invariant_check.cli.commands"]
 
 BUGGY_MODEL = """
 import torch.nn as nn

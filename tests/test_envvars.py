@@ -1,4 +1,4 @@
-"""One table of the INVARIANT_CHECK_* variables (invariant_check/envvars.py): the code parses
+"""One table of the INVARIANT_CHECK_* variables (invariant_check/settings/envvars.py): the code parses
 with it, the error messages list it, and the docs are written from it."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from invariant_check import envvars
-from invariant_check.envvars import UNSET, VARS, EnvError
+from invariant_check.settings import envvars
+from invariant_check.settings.envvars import UNSET, VARS, EnvError
 
 ROOT = Path(__file__).resolve().parents[1]
 CHOICE_VARS = [v for v in VARS if not v.free_form]
@@ -95,7 +95,7 @@ def test_every_variable_the_code_reads_is_in_the_table():
 
 
 def test_docs_tables_are_written_from_the_table():
-    res = subprocess.run([sys.executable, "-m", "invariant_check.envvars", "--check"], cwd=ROOT,
+    res = subprocess.run([sys.executable, "-m", "invariant_check.settings.envvars", "--check"], cwd=ROOT,
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     for part, page in envvars.PAGES.items():
@@ -110,8 +110,8 @@ def test_a_stale_page_is_named_and_rewritten(tmp_path):
     shutil.copytree(ROOT / "docs", tmp_path / "docs")
     page = tmp_path / "docs" / "guards.md"
     page.write_text(page.read_text().replace("every guard", "all of them", 1))
-    check = subprocess.run([sys.executable, "-m", "invariant_check.envvars", "--check"], cwd=tmp_path,
+    check = subprocess.run([sys.executable, "-m", "invariant_check.settings.envvars", "--check"], cwd=tmp_path,
                            capture_output=True, text=True)
     assert check.returncode == 1 and "docs/guards.md is stale" in check.stderr
-    write = subprocess.run([sys.executable, "-m", "invariant_check.envvars"], cwd=tmp_path, capture_output=True, text=True)
+    write = subprocess.run([sys.executable, "-m", "invariant_check.settings.envvars"], cwd=tmp_path, capture_output=True, text=True)
     assert write.returncode == 0 and page.read_text() == (ROOT / "docs" / "guards.md").read_text()

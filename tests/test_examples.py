@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from invariant_check.registry import all_rules
+from invariant_check.api.registry import all_rules
 
 REPO = Path(__file__).resolve().parent.parent
 # The console script of the environment running the tests (`python -m` from the checkout would

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from ic_support import assert_no_traceback, clean_env, run_cli
 
-from invariant_check.explain import markdown
-from invariant_check.markdown_term import render
-from invariant_check.registry import all_rules
+from invariant_check.cli.explain import markdown
+from invariant_check.cli.markdown_term import render
+from invariant_check.api.registry import all_rules
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -91,7 +91,7 @@ def _on_a_terminal(args: list[str], rows: int, cols: int, **env: str) -> str:
     environ = clean_env(**env)
     environ.pop("COLUMNS", None)
     environ.pop("LINES", None)
-    proc = subprocess.Popen([sys.executable, "-m", "invariant_check.cli", *args], stdin=slave, stdout=slave,
+    proc = subprocess.Popen([sys.executable, "-m", "invariant_check.cli.commands", *args], stdin=slave, stdout=slave,
                             stderr=slave, env=environ, close_fds=True)
     os.close(slave)
     chunks = []

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from ic_support import BAD_CLASS, RULE
 
-from invariant_check.engine import Engine
-from invariant_check.finalize import SourceFile, finalize
-from invariant_check.registry import all_rules
-from invariant_check.suppressions import has_marker
-from invariant_check.types import Candidate, Finding
+from invariant_check.lint.engine import Engine
+from invariant_check.lint.finalize import SourceFile, finalize
+from invariant_check.api.registry import all_rules
+from invariant_check.adoption.suppressions import has_marker
+from invariant_check.api.types import Candidate, Finding
 
 NAME = all_rules()[RULE].NAME
 

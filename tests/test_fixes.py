@@ -19,12 +19,12 @@ from ic_corpus import require_tarball
 from ic_support import RULE, assert_no_traceback, run_cli
 
 from invariant_check.analysis.source import Source, decode
-from invariant_check.cli import main
-from invariant_check.edits import apply_to_text, render_hint
-from invariant_check.fixes import apply_edits, check_source, moved_line
-from invariant_check.registry import all_rules
+from invariant_check.cli.commands import main
+from invariant_check.api.edits import apply_to_text, render_hint
+from invariant_check.fixing.fixes import apply_edits, check_source, moved_line
+from invariant_check.api.registry import all_rules
 from invariant_check.testing import EXAMPLE_FILE, run_example
-from invariant_check.types import SAFE, UNSAFE, Edit, Fix, Invalid
+from invariant_check.api.types import SAFE, UNSAFE, Edit, Fix, Invalid
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -23,10 +23,10 @@ from ic_support import (
     write_tree,
 )
 
-from invariant_check.engine import LintResult
+from invariant_check.lint.engine import LintResult
 from invariant_check.formats import render
-from invariant_check.registry import all_rules
-from invariant_check.types import FileError, Finding
+from invariant_check.api.registry import all_rules
+from invariant_check.api.types import FileError, Finding
 
 SCHEMA_FILE = Path(__file__).parent / "sarif" / "sarif-schema-2.1.0.json"
 SCHEMA_SHA256 = "c3b4bb2d6093897483348925aaa73af03b3e3f4bd4ca38cef26dcb4212a2682e"

@@ -1,4 +1,4 @@
-""".gitignore respected by default (invariant_check/gitignore.py), checked against real git."""
+""".gitignore respected by default (invariant_check/settings/gitignore.py), checked against real git."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from ic_support import BAD_CLASS, RULE, assert_no_traceback, run_cli
 
-from invariant_check import gitignore
-from invariant_check.config import load_config
-from invariant_check.discovery import discover
-from invariant_check.projects import Project
+from invariant_check.settings import gitignore
+from invariant_check.settings.config import load_config
+from invariant_check.lint.discovery import discover
+from invariant_check.lint.projects import Project
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 

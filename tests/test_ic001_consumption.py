@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from invariant_check.registry import all_rules
+from invariant_check.api.registry import all_rules
 from invariant_check.testing import run_example
-from invariant_check.types import Invalid, Valid
+from invariant_check.api.types import Invalid, Valid
 
 RULE = all_rules()["IC001"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import ast
 
-from invariant_check.fixes import apply_edits
-from invariant_check.registry import all_rules
+from invariant_check.fixing.fixes import apply_edits
+from invariant_check.api.registry import all_rules
 from invariant_check.testing import EXAMPLE_FILE, run_example
 
 RULE = all_rules()["IC004"]

@@ -1,176 +1,117 @@
-"""Fixes in the linted project's style (`invariant_check.layout`): its settings are read from
-its own configuration, and the statements a fix writes come out as `ruff format` writes them
-(checked against ruff itself where it is installed; the expected texts are written out so the
-layout is also checked without it)."""
+"""The layout's floors (docs/development.md, "The linter's layout"): no module imports one on a
+floor above its own, and every module of the package sits on a floor.
+
+Imports under `if TYPE_CHECKING:` never run and do not count; nor do the imports of a rule's
+`run_example` hook, which the tests call to run an example through the engine, as
+`invariant_check.testing` does.
+"""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
-import textwrap
+import ast
 from pathlib import Path
 
-import pytest
-
-from invariant_check.layout import DEFAULT, Style, restyle, style_for
-
-
-def _ruff() -> list[str] | None:
-    exe = Path(sys.executable).with_name("ruff")
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("ruff")
-    return [found] if found else None
-
-
-def _ruff_formatted(code: str, line_length: int) -> bool | None:
-    ruff = _ruff()
-    if ruff is None:
-        return None
-    proc = subprocess.run(
-        [*ruff, "format", "--check", "--isolated", "--line-length", str(line_length), "-"],
-        input=code.encode(), capture_output=True,
-    )
-    return proc.returncode == 0
+REPO = Path(__file__).resolve().parent.parent
+PKG = "invariant_check"
+# bottom first: a module imports its own floor and those below
+FLOORS = [
+    ("leaves", {PKG, f"{PKG}.globs", f"{PKG}.models"}),
+    ("project model", {f"{PKG}.analysis"}),
+    ("rule API", {f"{PKG}.api", f"{PKG}.rules"}),
+    ("settings", {f"{PKG}.settings"}),
+    ("adoption", {f"{PKG}.adoption"}),
+    ("output", {f"{PKG}.formats"}),
+    ("lint run", {f"{PKG}.lint"}),
+    ("harness", {f"{PKG}.testing"}),
+    ("runtime", {f"{PKG}.runtime_guards", f"{PKG}.compaction"}),
+    ("fixes", {f"{PKG}.fixing"}),
+    ("commands", {f"{PKG}.cli", f"{PKG}.__main__", f"{PKG}.server"}),  # the command line, the language server
+]
+# where the repository's folders install (pyproject.toml's package-dir)
+ROOTS = {PKG: PKG, "rules": f"{PKG}.rules", "runtime_guards": f"{PKG}.runtime_guards"}
 
 
-OLD = textwrap.dedent(
-    """\
-    class A:
-        def f(self, cad, N, per_layer_attn_metadata):
-            new = cad.replace(seq_lens=cad.seq_lens + N, query_start_loc=cad.query_start_loc)
-            if self.allowed_attn_types is not None and not isinstance(md, self.allowed_attn_types):
-                raise ValueError("x")
-            self.generate_draft(num_reqs, attn_metadata, num_tokens_across_dp=None)  # FIXME
-            return new
-    """
-)
-
-# what three fixes write, as one line each (the fix builders' own output before layout)
-NEW = textwrap.dedent(
-    """\
-    class A:
-        def f(self, cad, N, per_layer_attn_metadata):
-            new = cad.replace(seq_lens=cad.seq_lens + N, query_start_loc=cad.query_start_loc, seq_lens_cpu_upper_bound=cad.seq_lens_cpu_upper_bound + N if cad.seq_lens_cpu_upper_bound is not None else None)
-            if self.allowed_attn_types is not None and not all(isinstance(md, self.allowed_attn_types) for md in per_layer_attn_metadata.values()):
-                raise ValueError("x")
-            self.generate_draft(num_reqs, attn_metadata, num_tokens_across_dp=None, rebuild_attn_metadata=lambda: self._build(num_reqs=num_reqs, max_query_len=1))  # FIXME
-            common_attn_metadata.max_seq_len = min(common_attn_metadata.max_seq_len + level_num_drafts, self.max_model_len)
-            return new
-    """
-)
-
-EXPECTED_88 = textwrap.dedent(
-    """\
-    class A:
-        def f(self, cad, N, per_layer_attn_metadata):
-            new = cad.replace(
-                seq_lens=cad.seq_lens + N,
-                query_start_loc=cad.query_start_loc,
-                seq_lens_cpu_upper_bound=(
-                    cad.seq_lens_cpu_upper_bound + N
-                    if cad.seq_lens_cpu_upper_bound is not None
-                    else None
-                ),
-            )
-            if self.allowed_attn_types is not None and not all(
-                isinstance(md, self.allowed_attn_types)
-                for md in per_layer_attn_metadata.values()
-            ):
-                raise ValueError("x")
-            self.generate_draft(
-                num_reqs,
-                attn_metadata,
-                num_tokens_across_dp=None,
-                rebuild_attn_metadata=lambda: self._build(
-                    num_reqs=num_reqs, max_query_len=1
-                ),
-            )  # FIXME
-            common_attn_metadata.max_seq_len = min(
-                common_attn_metadata.max_seq_len + level_num_drafts, self.max_model_len
-            )
-            return new
-    """
-)
+def floor_of(module: str) -> int | None:
+    best, best_len = None, -1
+    for i, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            covers = module == prefix or (prefix != PKG and module.startswith(prefix + "."))
+            if covers and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    return best
 
 
-def test_statements_a_fix_writes_are_laid_out_as_ruff_format_does():
-    out = restyle(OLD, NEW, DEFAULT)
-    assert out == EXPECTED_88
-    assert max(len(line) for line in out.splitlines()) <= 88
-    if _ruff_formatted(out, 88) is False:
-        pytest.fail("ruff format would change the laid-out code")
+def modules() -> list[tuple[Path, str, bool]]:
+    out = []
+    for top, dotted in ROOTS.items():
+        for path in sorted((REPO / top).rglob("*.py")):
+            rel = path.relative_to(REPO / top)
+            if rel.parts and rel.parts[0] == "models" and top == PKG:
+                continue  # the bundled upstream sources: data, never imported
+            parts = [dotted, *rel.with_suffix("").parts]
+            is_pkg = parts[-1] == "__init__"
+            out.append((path, ".".join(parts[:-1] if is_pkg else parts), is_pkg))
+    return out
 
 
-def test_a_longer_line_length_keeps_more_on_one_line():
-    out = restyle(OLD, NEW, Style(line_length=120))
-    assert "    common_attn_metadata.max_seq_len = min(common_attn_metadata.max_seq_len + level_num_drafts, self.max_model_len)\n" in out
-    assert max(len(line) for line in out.splitlines()) <= 120
-    assert _ruff_formatted(out, 120) in (True, None)
+def imports_of(path: Path, module: str, is_pkg: bool):
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                skip.update(range(sub.lineno, sub.end_lineno + 1))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "run_example":
+            skip.update(range(node.lineno, node.end_lineno + 1))
+    package = module if is_pkg else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == PKG or alias.name.startswith(PKG + "."):
+                    yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target == PKG:  # `from invariant_check import x`: the floor of x
+                for alias in node.names:
+                    yield node.lineno, f"{PKG}.{alias.name}"
+            elif target.startswith(PKG + "."):
+                yield node.lineno, target
 
 
-def test_lines_the_fix_did_not_touch_stay_as_written():
-    old = "x = f(a,\n      b)\ny = 1\n"
-    new = "x = f(a,\n      b)\ny = 2\n"
-    assert restyle(old, new, DEFAULT) == new  # the badly wrapped `x = ...` is the project's own
+def test_every_module_sits_on_a_floor():
+    unplaced = [m for _, m, _ in modules() if floor_of(m) is None]
+    assert not unplaced, f"place these modules on a floor of tests/test_layout.py and docs/development.md: {unplaced}"
 
 
-def test_a_magic_trailing_comma_keeps_its_call_split():
-    old = "x = f(\n    a,\n)\n"
-    new = "x = f(\n    a,\n    b=1,\n)\n"
-    assert restyle(old, new, DEFAULT) == new
-    assert restyle(old, "x = f(\n    a, b=1,\n)\n", DEFAULT) == new
+def test_no_import_climbs_a_floor():
+    climbs = []
+    for path, module, is_pkg in modules():
+        mine = floor_of(module)
+        for line, target in imports_of(path, module, is_pkg):
+            theirs = floor_of(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                climbs.append(f"{path.relative_to(REPO)}:{line}: {module} ({FLOORS[mine][0]}) imports "
+                              f"{target} ({FLOORS[theirs][0]})")
+    assert not climbs, "\n".join(climbs)
 
 
-def test_a_long_comment_is_wrapped():
-    old = "def f():\n    return 1\n"
-    new = "def f():\n    # " + " ".join(["word"] * 30) + "\n    return 1\n"
-    out = restyle(old, new, DEFAULT)
-    lines = out.splitlines()
-    assert all(len(line) <= 88 for line in lines)
-    assert all(line.startswith("    # ") for line in lines[1:-1]) and len(lines) == 4
+def test_the_check_sees_an_upward_import(tmp_path):
+    # the check itself can fail: imports of higher floors from the rule API are reported
+    path = tmp_path / "rule.py"
+    path.write_text("from ..lint.engine import Engine\nfrom invariant_check import testing\n")
+    found = list(imports_of(path, "invariant_check.api.rule", False))
+    assert found == [(1, "invariant_check.lint.engine"), (2, "invariant_check.testing")]
+    assert all(floor_of(target) > floor_of("invariant_check.api.rule") for _, target in found)
 
 
-def test_a_statement_holding_a_comment_is_left_as_written():
-    old = "x = 1\n"
-    new = "x = f(aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa,  # why\n      bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb)\n"
-    assert restyle(old, new, DEFAULT) == new
-
-
-@pytest.mark.parametrize(
-    "name, text, expected",
-    [
-        ("pyproject.toml", "[tool.ruff]\nline-length = 100\n[tool.ruff.format]\nquote-style = 'single'\n", (100, "'")),
-        ("pyproject.toml", "[tool.black]\nline-length = 79\nskip-string-normalization = true\n", (79, "")),
-        ("ruff.toml", "line-length = 120\n", (120, '"')),
-        (".ruff.toml", "[format]\nquote-style = 'preserve'\n", (88, "")),
-        ("pyproject.toml", "[tool.ruff.lint]\nselect = ['E']\n", (88, '"')),
-    ],
-)
-def test_settings_come_from_the_project_configuration(tmp_path, name, text, expected):
-    root = tmp_path / name.replace(".", "_")
-    (root / "pkg" / "sub").mkdir(parents=True)
-    (root / name).write_text(text)
-    style = style_for(str(root / "pkg" / "sub" / "mod.py"))
-    assert (style.line_length, style.quote) == expected
-    assert style.config == str(root / name)
-
-
-def test_a_pyproject_without_formatter_settings_is_passed_for_the_next_folder_up(tmp_path):
-    (tmp_path / "ruff.toml").write_text("line-length = 99\n")
-    (tmp_path / "inner").mkdir()
-    (tmp_path / "inner" / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    assert style_for(str(tmp_path / "inner" / "m.py")).line_length == 99
-
-
-def test_a_broken_configuration_falls_back_to_the_default(tmp_path):
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "ruff.toml").write_text("line-length = [\n")
-    assert style_for(str(tmp_path / "sub" / "m.py")).line_length in (88, style_for(str(tmp_path)).line_length)
-
-
-def test_single_quotes_where_the_project_asks_for_them():
-    old = "x = 1\n"
-    new = 'x = g("a", "b")\n'
-    assert restyle(old, new, Style(quote="'")) == "x = g('a', 'b')\n"
+def test_type_checking_imports_do_not_count(tmp_path):
+    path = tmp_path / "rule.py"
+    path.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..lint.engine import Engine\n")
+    assert list(imports_of(path, "invariant_check.api.rule", False)) == []

@@ -86,7 +86,7 @@ async def test_a_finding_is_published_fixed_by_its_code_action_and_goes_away(cli
     ))
     assert "IC002" in hover.contents.value and "skip-topk-without-compaction" in hover.contents.value
     assert "Why" not in hover.contents.value.split("\n")[0]
-    from invariant_check.registry import all_rules
+    from invariant_check.api.registry import all_rules
 
     assert all_rules()["IC002"].SUMMARY in hover.contents.value
     nothing = await client.text_document_hover_async(types.HoverParams(
@@ -247,7 +247,7 @@ async def test_a_failing_rule_becomes_a_log_message_and_the_others_still_report(
 
 def test_without_pygls_the_server_command_says_what_to_install(tmp_path):
     # the import of pygls fails as it does where the `server` extra is not installed
-    hide = "import sys; sys.modules['pygls'] = None; sys.modules['lsprotocol'] = None; from invariant_check.cli import main; "
+    hide = "import sys; sys.modules['pygls'] = None; sys.modules['lsprotocol'] = None; from invariant_check.cli.commands import main; "
     done = subprocess.run([sys.executable, "-c", hide + "main(['server'])"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()

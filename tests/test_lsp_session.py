@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from invariant_check.cache import digest
+from invariant_check.lint.cache import digest
 from invariant_check.server.session import Session, Settings, SettingsError, carried_facts
 
 import pytest

@@ -51,7 +51,7 @@ def test_the_selection_is_derived_from_the_rules_options():
     derived field added to IC004's table changes what is modelled, without a second list."""
     gen = _gen_models()
     vocab = gen.vocabulary()
-    from invariant_check.registry import all_rules
+    from invariant_check.api.registry import all_rules
 
     derived = all_rules()["IC004"].default_options()["derived-fields"]
     assert set(vocab.advanced) == set(derived)

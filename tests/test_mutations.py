@@ -13,7 +13,7 @@ import libcst as cst
 import mutations as M  # tests/mutation_fixtures, on pytest's pythonpath (pyproject.toml)
 import pytest
 
-from invariant_check.registry import all_rules
+from invariant_check.api.registry import all_rules
 
 RULES = sorted({"IC001", "IC002"} & set(all_rules()))
 

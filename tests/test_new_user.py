@@ -16,7 +16,7 @@ import jsonschema
 import pytest
 from ic_support import BAD_CLASS, assert_no_traceback, clean_env, run_cli
 
-from invariant_check.edits import apply_to_text
+from invariant_check.api.edits import apply_to_text
 
 REPO = Path(__file__).resolve().parents[1]
 BROKEN = "import torch\n\ndef set_skip_topk(:\n    pass\n"  # a trigger word, then a syntax error
@@ -259,7 +259,7 @@ def test_the_hint_of_a_one_line_replace_is_wrapped_as_ruff_format_writes_it(tmp_
 
 
 def _edit(e: dict):
-    from invariant_check.types import Edit
+    from invariant_check.api.types import Edit
 
     return Edit(e["location"]["line"], e["location"]["column"], e["end_location"]["line"], e["end_location"]["column"], e["content"])
 
@@ -269,7 +269,7 @@ def test_only_whole_one_line_statements_are_split():
     is; a long one-line statement is split (and comes back the same code)."""
     import ast
 
-    from invariant_check.linewrap import wrap_statements
+    from invariant_check.api.linewrap import wrap_statements
 
     call = "    result = compute(" + ", ".join(f"argument_number_{i}" for i in range(8)) + ")"
     lines = [

@@ -102,7 +102,7 @@ def _make_tree(root: Path, n_findings: int = 1, n_clean: int = 1) -> Path:
 
 def _parallel_scan_min_files() -> int:
     # Big trees are linted in forked workers: a path of its own.
-    from invariant_check import engine
+    from invariant_check.lint import engine
 
     return engine.PARALLEL_MIN_FILES
 
@@ -179,7 +179,7 @@ def test_wheel_contents(wheel):
     assert "invariant_check/py.typed" in names
     assert not any("/tests/" in n or n.startswith("tests/") for n in names)
 
-    assert "invariant-check = invariant_check.cli:main" in entry_points
+    assert "invariant-check = invariant_check.cli.commands:main" in entry_points
     assert "[vllm.general_plugins]" in entry_points
     assert "invariant_check.runtime_guards.plugin:register" in entry_points
     assert "[pytest11]" in entry_points
@@ -330,7 +330,7 @@ WRAPPER = textwrap.dedent("""
             return None
 
     sys.meta_path.insert(0, Recorder())
-    from invariant_check.cli import main
+    from invariant_check.cli.commands import main
     try:
         main(sys.argv[1:], prog_name="invariant-check")
     finally:
@@ -366,7 +366,7 @@ def test_lint_without_fix_never_imports_libcst_torch_triton_or_vllm(args, expect
     argv = [a.format(tree=tree, big_tree=tree, cache=tmp_path / "cache") for a in args]
     if "--cache-dir" in args:
         # Fill the cache first, so that the checked run takes the warm path (no parsing).
-        _run([sys.executable, "-m", "invariant_check.cli", *argv], cwd=tmp_path, check=False)
+        _run([sys.executable, "-m", "invariant_check.cli.commands", *argv], cwd=tmp_path, check=False)
         assert any((tmp_path / "cache").glob("*.json"))
     res = _run([sys.executable, "-c", WRAPPER, *argv], cwd=tmp_path, env=env, check=False)
     assert res.returncode == expected_rc, res.stdout + res.stderr

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from invariant_check.engine import Engine
-from invariant_check.registry import all_rules
+from invariant_check.lint.engine import Engine
+from invariant_check.api.registry import all_rules
 
 CODES = ("IC004", "IC005")
 METADATA = """

@@ -14,8 +14,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from invariant_check.engine import Engine
-from invariant_check.registry import all_rules
+from invariant_check.lint.engine import Engine
+from invariant_check.api.registry import all_rules
 
 RULES = [r for r in all_rules().values() if not r.EMITTED_BY_ENGINE]
 OPTIONS = {r.CODE: r.default_options() for r in RULES}

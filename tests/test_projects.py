@@ -1,4 +1,4 @@
-"""The nearest configuration per file (invariant_check/projects.py), as ruff does it."""
+"""The nearest configuration per file (invariant_check/lint/projects.py), as ruff does it."""
 
 from __future__ import annotations
 

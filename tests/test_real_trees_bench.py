@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from invariant_check.registry import all_rules
+from invariant_check.api.registry import all_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "bench" / "real_trees.py"

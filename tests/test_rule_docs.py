@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from invariant_check.registry import all_rules
-from invariant_check.rule import Rule
-from invariant_check.types import Invalid, Option, Valid
+from invariant_check.api.registry import all_rules
+from invariant_check.api.rule import Rule
+from invariant_check.api.types import Invalid, Option, Valid
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gen_rule_docs.py"
@@ -142,7 +142,7 @@ class _MadeUpRule(Rule):
 def test_a_rule_found_by_the_registry_gets_a_page_without_touching_the_script(script, monkeypatch, tmp_path):
     rules = dict(all_rules())
     rules["IC777"] = _MadeUpRule
-    monkeypatch.setattr("invariant_check.registry.all_rules", lambda: rules)
+    monkeypatch.setattr("invariant_check.api.registry.all_rules", lambda: rules)
     assert script.main(["--docs-dir", str(tmp_path)]) == 0
     page = (tmp_path / "IC777-made-up-call.md").read_text()
     assert "# IC777 `made-up-call`" in page
@@ -158,7 +158,7 @@ def test_a_rule_that_cannot_render_is_one_line_and_exit_2(script, monkeypatch, t
     class Broken(_MadeUpRule):
         OPTIONS = {"when": Option(object(), "not a TOML value", str)}
 
-    monkeypatch.setattr("invariant_check.registry.all_rules", lambda: {"IC777": Broken})
+    monkeypatch.setattr("invariant_check.api.registry.all_rules", lambda: {"IC777": Broken})
     assert script.main(["--check", "--docs-dir", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gen_rule_docs: error: cannot render the rule pages: TypeError") and err.count("\n") == 1

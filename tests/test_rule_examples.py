@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from invariant_check.registry import all_rules
+from invariant_check.api.registry import all_rules
 from invariant_check.testing import EXAMPLE_FILE, run_example
 
 RULES = all_rules()

@@ -53,7 +53,7 @@ class Predictor(nn.Module):
 LAUNCHER = """
 import sys
 import invariant_check.rules.ic004_stale_derived_metadata as ic004
-from invariant_check.cli import main
+from invariant_check.cli.commands import main
 
 real = ic004._known
 
@@ -81,7 +81,7 @@ def _project(root: Path, pyproject: str = "") -> Path:
 
 def _lint(root: Path, *args: str, debug: bool = False):
     env = clean_env(**({"INVARIANT_CHECK_DEBUG": "1"} if debug else {}))
-    # `python -m invariant_check.cli` is what run_cli starts; the launcher replaces it
+    # `python -m invariant_check.cli.commands` is what run_cli starts; the launcher replaces it
     return run_cli("lint", "--format", "json", *args, "pkg", cwd=root, env=env, launcher=root / "launch.py")
 
 

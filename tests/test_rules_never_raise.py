@@ -30,8 +30,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ic_support import clean_env, corpus_dir, run_cli
 
-from invariant_check.engine import Engine
-from invariant_check.registry import all_rules
+from invariant_check.lint.engine import Engine
+from invariant_check.api.registry import all_rules
 
 hypothesmith = pytest.importorskip("hypothesmith")
 

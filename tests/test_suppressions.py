@@ -11,7 +11,7 @@ import pytest
 
 from ic_support import RULE, assert_no_traceback, run_cli
 
-from invariant_check import suppressions
+from invariant_check.adoption import suppressions
 
 HEAD = "import torch.nn as nn\n\n"
 

@@ -39,7 +39,7 @@ import triton
 import triton.language as tl
 from triton.runtime.driver import driver as _driver
 
-from .. import envvars
+from ..settings import envvars
 from .tiles import (
     DEFAULT_BLOCK_W,
     DEFAULT_CHUNK,

@@ -131,7 +131,7 @@ def want_value_checks(row_ids: torch.Tensor, check: bool | None) -> bool:
         return bool(check)
     if row_ids.device.type == "cpu":
         return True
-    from .. import envvars
+    from ..settings import envvars
 
     return bool(envvars.get(DEBUG_ENV))
 

@@ -90,7 +90,7 @@ def _notification(e) -> dict:
 
 
 def render(result, rules, **_) -> str:
-    from ..registry import all_rules
+    from ..api.registry import all_rules
 
     rules = list(rules)
     known = {r.CODE for r in rules}

@@ -35,8 +35,8 @@ from pygls.workspace import PositionCodec
 from pygls.workspace.position_codec import ServerTextPosition
 
 from .. import __version__
-from ..config import ConfigError
-from ..types import SAFE, Finding
+from ..settings.config import ConfigError
+from ..api.types import SAFE, Finding
 from .session import BufferResult, Session, Settings, SettingsError
 
 # Where the rule pages are published: docs/rules/<CODE>-<name>.md of the repository.
@@ -216,7 +216,7 @@ class InvariantCheckServer(LanguageServer):
         return self.codec().range_to_client_units(lines, types.Range(start=start, end=end))
 
     def diagnostics(self, uri: str, text: str, result: BufferResult) -> list[types.Diagnostic]:
-        from ..registry import all_rules
+        from ..api.registry import all_rules
 
         lines = _lines(text)
         rules = all_rules()
@@ -316,7 +316,7 @@ class InvariantCheckServer(LanguageServer):
 
     def _fix_all(self, uri: str, got: _Linted, notes: list[tuple[str, types.MessageType]]) -> str | None:
         """The text with every safe fix that verifies, in passes, as `lint --fix` makes it."""
-        from ..fixes import FixError, run_fixes
+        from ..fixing.fixes import FixError, run_fixes
 
         path = _path_of(uri)
         if path is None:
@@ -350,7 +350,7 @@ class InvariantCheckServer(LanguageServer):
 
     # -- hover ------------------------------------------------------------------------------------------------
     def hover(self, params: types.HoverParams) -> types.Hover | None:
-        from ..registry import all_rules
+        from ..api.registry import all_rules
 
         got = self.linted.get(params.text_document.uri)
         if got is None:
@@ -423,7 +423,7 @@ def noqa_edit(text: str, f: Finding) -> tuple[int, int, str] | None:
     gets the code added; a `# noqa: E501` of other tools gets it appended to its codes; any
     other comment stays, followed by ours. None where no comment can go (the line ends inside
     a string or with a backslash) or for findings about comments themselves."""
-    from ..add_noqa import NOT_HERE, _extend, _places
+    from ..adoption.add_noqa import NOT_HERE, _extend, _places
 
     if f.rule in NOT_HERE:
         return None

@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..cache import Cache, digest
-from ..config import ConfigError, check_codes
-from ..engine import Engine
-from ..discovery import display_path
-from ..projects import Project, ProjectIndex, Selection
-from ..types import FileError, Finding
+from ..lint.cache import Cache, digest
+from ..settings.config import ConfigError, check_codes
+from ..lint.engine import Engine
+from ..lint.discovery import display_path
+from ..lint.projects import Project, ProjectIndex, Selection
+from ..api.types import FileError, Finding
 
 
 class SettingsError(Exception):
@@ -241,9 +241,9 @@ class ProjectState:
 
     def __init__(self, project: Project, settings: Settings, selection: Selection) -> None:
         from ..analysis.environment import Environment, UnusableEnvironment
-        from ..cache import config_key
-        from ..registry import all_rules, emitted_by_engine
-        from ..suppressions import SYNTAX_VERSION
+        from ..lint.cache import config_key
+        from ..api.registry import all_rules, emitted_by_engine
+        from ..adoption.suppressions import SYNTAX_VERSION
 
         self.project = project
         cfg = self.config = project.config
@@ -258,7 +258,7 @@ class ProjectState:
         self.options = {r.CODE: cfg.rule_options(r.CODE) for r in self.rules}
         self.cache: _HeldCache | None = None
         if settings.cache:
-            from ..envvars import get
+            from ..settings.envvars import get
 
             env_dir = get("INVARIANT_CHECK_CACHE_DIR")  # as `lint`: it is --cache-dir's variable
             directory = Path(env_dir) if env_dir else cfg.cache_dir or (self.root / ".invariant-check-cache")
@@ -274,7 +274,7 @@ class ProjectState:
 
     def listing(self) -> list[Path]:
         if self._listing is None:
-            from ..discovery import discover
+            from ..lint.discovery import discover
 
             found = discover([str(self.root)], scope_for=lambda _folder: self.project, cwd=self.root)
             self._listing = [p for p, _scope in found.files]

@@ -25,8 +25,8 @@ import re
 
 from invariant_check.analysis.facts import ref, walk_local
 from invariant_check.analysis.values import OneEntry, Produced
-from invariant_check.edits import WIDTH, Editor, block_of, fresh_name, parents_of, reindent
-from invariant_check.types import UNSAFE, Edit, Fix
+from invariant_check.api.edits import WIDTH, Editor, block_of, fresh_name, parents_of, reindent
+from invariant_check.api.types import UNSAFE, Edit, Fix
 
 
 def build(rule, report, view) -> Fix | None:

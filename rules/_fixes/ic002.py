@@ -17,8 +17,8 @@ from __future__ import annotations
 import ast
 
 from invariant_check.analysis.facts import last_name, ref, walk_local
-from invariant_check.edits import Editor, block_of, statement_holding
-from invariant_check.types import UNSAFE, Edit, Fix
+from invariant_check.api.edits import Editor, block_of, statement_holding
+from invariant_check.api.types import UNSAFE, Edit, Fix
 
 # the rows each request samples from, by the names vLLM's proposers give them
 ROW_NAMES = ("token_indices_to_sample", "last_token_indices")

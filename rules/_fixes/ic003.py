@@ -11,9 +11,9 @@ from __future__ import annotations
 import ast
 import textwrap
 
-from invariant_check.edits import Editor, whole
-from invariant_check.layout import style_for
-from invariant_check.types import UNSAFE, Fix
+from invariant_check.api.edits import Editor, whole
+from invariant_check.api.layout import style_for
+from invariant_check.api.types import UNSAFE, Fix
 
 # where the guard looks for the buffer: modules, and the plain attention objects they keep
 BUFFER_ATTR = "topk_indices_buffer"

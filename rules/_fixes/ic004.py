@@ -31,8 +31,8 @@ import re
 
 from invariant_check.analysis.facts import last_name, ref, walk_local
 from invariant_check.analysis.fields import class_fields, class_of, local_aliases
-from invariant_check.edits import Editor, add_keywords, block_of, collapse, statement_holding, wrapped_call
-from invariant_check.types import UNSAFE, Edit, Fix
+from invariant_check.api.edits import Editor, add_keywords, block_of, collapse, statement_holding, wrapped_call
+from invariant_check.api.types import UNSAFE, Edit, Fix
 
 _CAPPING_CALLS = frozenset({"masked_fill_", "clamp_", "clamp", "clip", "clip_", "minimum", "min"})
 _KNOWN = ("max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound")

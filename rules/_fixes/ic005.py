@@ -26,7 +26,7 @@ import ast
 from invariant_check.analysis.facts import ref, walk_local
 from invariant_check.analysis.fields import bound_offset, callers, canonical, local_aliases
 from invariant_check.analysis.objects import container_copy_of, copy_of
-from invariant_check.edits import (
+from invariant_check.api.edits import (
     Editor,
     add_import_from,
     add_keywords,
@@ -35,8 +35,8 @@ from invariant_check.edits import (
     parents_of,
     statement_holding,
 )
-from invariant_check.layout import trailing_comment
-from invariant_check.types import UNSAFE, Edit, Fix
+from invariant_check.api.layout import trailing_comment
+from invariant_check.api.types import UNSAFE, Edit, Fix
 
 _WHY = "# Rebuild the metadata from the inputs the previous step advanced."
 
@@ -222,7 +222,7 @@ def _rebuild_from_callers(ed: Editor, view, func: ast.AST, loop: ast.AST, anchor
         if any(kw.arg == rebuild for kw in site.call.keywords):
             return None
         # the copy without the comments of the original (they stay there); laid out
-        # afterwards as the project's formatter would (`invariant_check.layout`)
+        # afterwards as the project's formatter would (`invariant_check.api.layout`)
         built = "\n".join(l[: len(l) - len(trailing_comment(l))].rstrip() if trailing_comment(l) else l for l in built.split("\n"))
         edit = add_keywords(ed, site.call, [f"{rebuild}=lambda: {built}"])
         if edit is None:

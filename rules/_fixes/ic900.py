@@ -12,8 +12,8 @@ import io
 import re
 import tokenize
 
-from invariant_check.registry import named_rule
-from invariant_check.types import SAFE, Edit, Fix
+from invariant_check.api.registry import named_rule
+from invariant_check.api.types import SAFE, Edit, Fix
 
 
 def build(directive, idle: set[str] | None, text: str) -> Fix | None:

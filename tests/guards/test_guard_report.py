@@ -86,7 +86,7 @@ def test_report_points_a_stale_upper_bound_to_ic004_and_the_findings(tmp_path):
 
 
 def test_the_pages_the_report_points_to_exist():
-    from invariant_check.registry import all_rules
+    from invariant_check.api.registry import all_rules
     from invariant_check.runtime_guards.reporting import SEE_ALSO
 
     root = Path(__file__).resolve().parents[2]

@@ -21,8 +21,8 @@ import libcst as cst
 import libcst.matchers as m
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from invariant_check.engine import Engine
-from invariant_check.registry import all_rules
+from invariant_check.lint.engine import Engine
+from invariant_check.api.registry import all_rules
 
 HERE = Path(__file__).resolve().parent
 MAIN = "drafter.py"

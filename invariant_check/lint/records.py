@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .types import Candidate, FileError
+from ..api.types import Candidate, FileError
 
 
 @dataclass

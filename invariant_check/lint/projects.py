@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .config import Config, has_table, load_config
-from .globs import PathGlobs
-from .options import LintOptions, Selection  # noqa: F401  (Selection: for library callers)
-from .types import FileError, Finding
+from ..settings.config import Config, has_table, load_config
+from ..globs import PathGlobs
+from ..settings.options import LintOptions, Selection  # noqa: F401  (Selection: for library callers)
+from ..api.types import FileError, Finding
 
 
 @dataclass(eq=False)
@@ -117,13 +117,13 @@ def lint_projects(
 ) -> RunResult:
     """One engine per project with files, under that project's configuration and the run's
     options; the results merged."""
-    from .analysis.environment import Environment, UnusableEnvironment
+    from ..analysis.environment import Environment, UnusableEnvironment
     from .cache import Cache, config_key
-    from .config import ConfigError
+    from ..settings.config import ConfigError
     from .engine import Engine
-    from .linewrap import line_length
-    from .registry import all_rules, emitted_by_engine
-    from .suppressions import SYNTAX_VERSION
+    from ..api.linewrap import line_length
+    from ..api.registry import all_rules, emitted_by_engine
+    from ..adoption.suppressions import SYNTAX_VERSION
 
     merged = RunResult()
     enabled: dict[str, Any] = {}
@@ -223,7 +223,7 @@ def lint_run(options: LintOptions, index: ProjectIndex, data: bytes | None = Non
 
 
 def _lint_paths(options: LintOptions, index: ProjectIndex, sources=None) -> RunResult:
-    from .config_checks import unmatched_per_file_ignores
+    from ..settings.config_checks import unmatched_per_file_ignores
     from .discovery import discover
 
     paths = list(options.paths)

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from .types import Finding
+from ..api.types import Finding
 
 VERSION = 1
 UNUSED = ("IC902", "unused-baseline-entry")
@@ -329,7 +329,7 @@ def apply(findings: Iterable[Finding], baseline: Baseline, prints: Fingerprints,
 
 
 def _unused(key: Key, count: int, found: int, baseline: Baseline, shown: str) -> Finding:
-    from .registry import all_rules
+    from ..api.registry import all_rules
 
     line = baseline.lines.get(key, 1)
     how_many = "" if count == 1 else f" ({count - found} of {count} no longer found)"

@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Collection, Iterable, Mapping, Sequence
 
-from . import suppressions
-from .globs import PathGlobs
-from .types import Candidate, Finding
+from ..adoption import suppressions
+from ..globs import PathGlobs
+from ..api.types import Candidate, Finding
 
 UNUSED = ("IC900", "unused-suppression")
 INVALID = ("IC901", "invalid-suppression")
@@ -171,21 +171,21 @@ def _capital(text: str) -> str:
 
 
 def _finding(shown: str, d, rule: tuple[str, str], message: str, hint: str | None = None, fix=None, text: list[str] | None = None) -> Finding:
-    from .registry import (
+    from ..api.registry import (
         all_rules,  # the rule modules hold the one wording of the hints
     )
 
     hint = hint or all_rules()[rule[0]].HINT
     if fix is not None:
-        from .analysis.source import Source
-        from .edits import render_hint
+        from ..analysis.source import Source
+        from ..api.edits import render_hint
 
         hint = render_hint(fix, Source(shown, text[0]))  # the hint is the fix
     return Finding(shown, d.line, d.column, d.line, d.column + len(d.text), rule[0], rule[1], message, hint, fix=fix)
 
 
 def _text(data: bytes) -> str:
-    from .analysis.source import DecodeError, decode
+    from ..analysis.source import DecodeError, decode
 
     try:
         return decode(data)
@@ -197,7 +197,7 @@ def _unused_fix(d, idle, text: str):
     """IC900's fix (safe): the unused suppression, or its unused codes, removed."""
     if not text:
         return None
-    from .rules._fixes import ic900
+    from ..rules._fixes import ic900
 
     try:
         fix = ic900.build(d, idle, text)

@@ -50,7 +50,7 @@ def markdown(rule, examples: bool = False) -> str:
                     shown.add((name, code.strip("\n")))
                     lang = "json" if name.endswith(".json") else "python"
                     parts.append(f"\nBeside it, `{name}`:\n\n```{lang}\n" + code.strip("\n") + "\n```\n")
-    from .fixes import example_fix  # (stdlib only: explain imports no libcst)
+    from ..fixing.fixes import example_fix  # (stdlib only: explain imports no libcst)
 
     fixed = example_fix(rule)
     if fixed:
@@ -100,8 +100,8 @@ def _short(rule, doc: str) -> str:
 
 
 def unknown_rule_message(token: str) -> str:
-    from .config import did_you_mean
-    from .registry import all_rules
+    from ..settings.config import did_you_mean
+    from ..api.registry import all_rules
 
     rules = all_rules()
     pool = [*rules, *(r.NAME for r in rules.values())]

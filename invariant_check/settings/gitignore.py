@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .globs import PathGlob, compile_path_glob
+from ..globs import PathGlob, compile_path_glob
 
 _TRAILING_SPACES = re.compile(r"(?<!\\)( +)$")
 

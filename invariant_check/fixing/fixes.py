@@ -1,7 +1,7 @@
 """`lint --fix` and `lint --diff`: the fixes the findings carry, applied only once verified.
 
 A finding carries its `Fix` from the lint itself (exact edits computed with the stdlib, see
-`invariant_check.edits`; its hint is rendered from it). Fixing runs in passes, as ruff does:
+`invariant_check.api.edits`; its hint is rendered from it). Fixing runs in passes, as ruff does:
 
 1. lint (the files changed so far are given to the engine as sources, nothing is written yet);
 2. take the findings whose fix is wanted (`safe`; `unsafe` too with `--unsafe-fixes`), per file
@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .edits import apply_to_text, fixes_overlap
-from .types import SAFE, UNSAFE, Edit, Finding, Fix
+from ..api.edits import apply_to_text, fixes_overlap
+from ..api.types import SAFE, UNSAFE, Edit, Finding, Fix
 
 MAX_PASSES = 10
 
@@ -285,8 +285,8 @@ def report_fixes(out: FixOutcome, *, diff: bool, stdin: Path | None, cwd: Path) 
     is an error of that file."""
     import click
 
-    from .discovery import display_path
-    from .types import FileError
+    from ..lint.discovery import display_path
+    from ..api.types import FileError
 
     for path in sorted(out.changed):
         shown = display_path(path, cwd)
@@ -334,7 +334,7 @@ def example_fix(rule) -> str | None:
     `explain`), or None. Runs the real engine on the example; imports no libcst."""
     import tempfile as tf
 
-    from .testing import EXAMPLE_FILE, run_example
+    from ..testing import EXAMPLE_FILE, run_example
 
     for example in rule.INVALID:
         with tf.TemporaryDirectory(prefix="ic-explain-") as tmp:

@@ -535,7 +535,7 @@ def _has_comment(text: str) -> bool:
 
 
 def restyled(fix, source):
-    """`fix` (an `invariant_check.types.Fix` of `source`) with the statements it writes laid
+    """`fix` (an `invariant_check.api.types.Fix` of `source`) with the statements it writes laid
     out in the project's style; the fix itself when it writes no code (a comment removed) or
     when the layout cannot be told."""
     from dataclasses import replace

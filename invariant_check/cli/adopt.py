@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from .baseline import (
+from ..adoption.baseline import (
     UNUSED,
     BaselineError,
     Fingerprints,
@@ -30,7 +30,7 @@ from .baseline import (
     merged_for_writing,
     render,
 )
-from .discovery import display_path
+from ..lint.discovery import display_path
 
 
 def _scope(projects, paths, cwd: Path, result) -> Scope:
@@ -82,7 +82,7 @@ def _apply(result, projects, paths, cwd, prints, option: Path | None) -> None:
         applied = apply(mine, base, prints, scope, display_path(path, cwd), UNUSED[0] in scope.rules)
         matched += applied.matched
         findings = others + applied.findings
-    from .types import Finding
+    from ..api.types import Finding
 
     result.findings = sorted(findings, key=Finding.sort_key)
     result.baselined = matched
@@ -109,7 +109,7 @@ def _write(result, projects, paths, cwd, prints, target: Path) -> int:
         message += f"; kept {kept} of files this run did not lint"
     click.echo(f"invariant-check: {message}", err=True)
     if result.errors:
-        from .formats.text import render_errors
+        from ..formats.text import render_errors
 
         click.echo(render_errors(result), err=True, nl=False)
         return 2
@@ -117,7 +117,7 @@ def _write(result, projects, paths, cwd, prints, target: Path) -> int:
 
 
 def _add_noqa(result, cwd: Path) -> int:
-    from .add_noqa import add_noqa
+    from ..adoption.add_noqa import add_noqa
 
     done = add_noqa(result.findings, cwd)
     for why in done.skipped:
@@ -128,7 +128,7 @@ def _add_noqa(result, cwd: Path) -> int:
                + (f"; {done.left} finding{'s' * (done.left != 1)} about comments or baseline entries left to fix"
                   if done.left else ""), err=True)
     if result.errors:
-        from .formats.text import render_errors
+        from ..formats.text import render_errors
 
         click.echo(render_errors(result), err=True, nl=False)
         return 2

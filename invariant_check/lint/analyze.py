@@ -15,16 +15,16 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator
 
-from .analysis import facts as F
-from .analysis.needs import Everything, Need, also_excluded
-from .analysis.outline import CLASS, Chunk
-from .analysis.project import Module
-from .analysis.views import MODULE_CODE, ClassView, Context, FunctionView
+from ..analysis import facts as F
+from ..analysis.needs import Everything, Need, also_excluded
+from ..analysis.outline import CLASS, Chunk
+from ..analysis.project import Module
+from ..analysis.views import MODULE_CODE, ClassView, Context, FunctionView
 from .records import Outcome, ScanRecord
-from .rule import Report, Rule
-from .edits import overlapping, parses_whole, render_hint
-from .layout import restyled
-from .types import SAFE, UNSAFE, Candidate, FileError, Finding, Fix
+from ..api.rule import Report, Rule
+from ..api.edits import overlapping, parses_whole, render_hint
+from ..api.layout import restyled
+from ..api.types import SAFE, UNSAFE, Candidate, FileError, Finding, Fix
 
 
 @dataclass
@@ -65,7 +65,7 @@ def lint_bytes(shown: str, data: bytes, plan: Plan, root=None) -> Outcome:
     import os
     from pathlib import Path
 
-    from .analysis.project import Project
+    from ..analysis.project import Project
 
     base = Path(os.path.abspath(root if root is not None else "."))
     path = base / shown
@@ -143,7 +143,7 @@ class _Failures:
 
 
 def _debug() -> bool:
-    from .envvars import EnvError, get
+    from ..settings.envvars import EnvError, get
 
     try:
         return bool(get("INVARIANT_CHECK_DEBUG"))

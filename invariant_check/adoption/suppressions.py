@@ -27,10 +27,10 @@ import re
 import tokenize
 from dataclasses import dataclass, field
 
-from .registry import _rule_index
-from .registry import canonical_token as canonical
-from .registry import named_rule as resolve
-from .registry import suggested_code as suggestion
+from ..api.registry import _rule_index
+from ..api.registry import canonical_token as canonical
+from ..api.registry import named_rule as resolve
+from ..api.registry import suggested_code as suggestion
 
 MARKER = b"invariant-check:"
 # Bumped when the comment syntax changes: the cache remembers which files hold a marker.

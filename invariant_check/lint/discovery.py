@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Protocol
 
-from . import gitignore
-from .globs import PathGlobs
-from .types import FileError
+from ..settings import gitignore
+from ..globs import PathGlobs
+from ..api.types import FileError
 
 
 class Scope(Protocol):

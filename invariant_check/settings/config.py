@@ -13,7 +13,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from .registry import all_rules, padded_code, resolve_code
+from ..api.registry import all_rules, padded_code, resolve_code
 
 TABLE = "invariant-check"
 KNOWN_KEYS = {

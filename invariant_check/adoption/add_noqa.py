@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Iterable
 
 from . import suppressions
-from .types import Finding
+from ..api.types import Finding
 
 REASON = "-- TODO: reason"
 NOT_HERE = frozenset({"IC900", "IC901", "IC902"})

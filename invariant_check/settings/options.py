@@ -36,7 +36,7 @@ class Selection:
     def codes(self, cfg) -> list[str]:
         """--select replaces the configuration's select and extend-select; ignores add up and
         win; IC901 is on unless ignored; --warn-unused-ignores is --extend-select IC900."""
-        from .registry import always_codes, default_codes
+        from ..api.registry import always_codes, default_codes
 
         if self.select is not None:
             chosen = list(self.select)

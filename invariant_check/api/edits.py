@@ -4,7 +4,7 @@ Positions come from `ast` (UTF-8 byte columns) and are turned into the 1-based c
 columns that findings and `Edit`s use. Every helper refuses (returns None) rather than guess:
 a statement that shares its line with another, code on a line with a backslash continuation,
 a block written on its header's line. `--fix` then checks the edits again with libcst, compiles
-the result and lints it once more (`invariant_check.fixes`).
+the result and lints it once more (`invariant_check.fixing.fixes`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from bisect import bisect_right
 from functools import lru_cache
 from typing import Iterable
 
-from .analysis.source import Source
+from ..analysis.source import Source
 from .layout import style_for
 from .types import SAFE, Edit, Fix
 

@@ -14,7 +14,7 @@ A rule is a query over the project model (`invariant_check.analysis`). It declar
 A rule that knows the repair of what it found also defines `fix(report, view)`, kept apart
 from the detection: it returns the `Fix` (exact edits of the file, and whether they are safe)
 or None. The engine asks it for every report; the finding's hint is then rendered from the
-fix, so the two never disagree (see `invariant_check.fixes`).
+fix, so the two never disagree (see `invariant_check.fixing.fixes`).
 
 Everything else (parsing only what is needed, positions of reported nodes, caching,
 suppressions, output) is the engine's. A rule that raises is reported as an error of that
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 from .types import Fix, Invalid, Option, Valid
 
 if TYPE_CHECKING:
-    from .analysis.needs import Need
-    from .analysis.views import ClassView, FunctionView
+    from ..analysis.needs import Need
+    from ..analysis.views import ClassView, FunctionView
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Rule:
     @classmethod
     def needs(cls, options: dict[str, Any]) -> "Need":
         """What a definition's text must contain for this rule to report there."""
-        from .analysis.needs import Everything
+        from ..analysis.needs import Everything
 
         return Everything()
 

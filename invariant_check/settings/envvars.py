@@ -1,7 +1,7 @@
 """Every `INVARIANT_CHECK_*` environment variable: what it accepts, what each value means, its
 default. One table, read by the code that parses the variables, by their error messages, and by
 the documentation: the tables in docs/guards.md, docs/compaction.md and docs/cli.md are written
-from it (`python -m invariant_check.envvars`; `--check` exits 1 when a page is stale), so the
+from it (`python -m invariant_check.settings.envvars`; `--check` exits 1 when a page is stale), so the
 three cannot disagree.
 
 Imports nothing beyond the standard library: the vLLM plugin parses the guards' variables in
@@ -224,7 +224,7 @@ END = "<!-- env:end -->"
 
 
 def begin(part: str) -> str:
-    return f"<!-- env:begin {part} (generated from invariant_check/envvars.py by `python -m invariant_check.envvars`) -->"
+    return f"<!-- env:begin {part} (generated from invariant_check/settings/envvars.py by `python -m invariant_check.settings.envvars`) -->"
 
 
 def markdown_table(part: str) -> str:
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
                 path.write_text(new, encoding="utf-8")
     if check and stale:
         for page in stale:
-            print(f"{page} is stale: run python -m invariant_check.envvars", file=sys.stderr)
+            print(f"{page} is stale: run python -m invariant_check.settings.envvars", file=sys.stderr)
         return 1
     return 0
 

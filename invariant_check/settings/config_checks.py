@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Iterable
 
-from .globs import PathGlobs
+from ..globs import PathGlobs
 
 
 def _covers(folder: str, root: str) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from . import __version__
+from .. import __version__
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -104,7 +104,7 @@ def _guarded(func, /, *args, **kwargs):
 def _check_environment() -> None:
     """The linter's own environment variables hold values their table lists (as the guards'
     are checked when vLLM loads them): a misspelt value is one line and exit 2, not ignored."""
-    from .envvars import VARS, EnvError, get
+    from ..settings.envvars import VARS, EnvError, get
 
     for var in VARS:
         if var.part == "lint":
@@ -115,7 +115,7 @@ def _check_environment() -> None:
 
 
 def _debug() -> bool:
-    from .envvars import EnvError, get
+    from ..settings.envvars import EnvError, get
 
     try:
         return bool(get("INVARIANT_CHECK_DEBUG"))
@@ -133,10 +133,10 @@ def _quiet_stdout() -> None:
 
 
 def _lint(**flags):
-    from .config import ConfigError
-    from .options import LintOptions
-    from .projects import ProjectIndex, lint_run
-    from .registry import all_rules
+    from ..settings.config import ConfigError
+    from ..settings.options import LintOptions
+    from ..lint.projects import ProjectIndex, lint_run
+    from ..api.registry import all_rules
 
     all_rules()  # a broken rule package fails here, even for a run that finds no file
     # One run, then exit. Syntax trees and facts are many small objects without reference
@@ -157,7 +157,7 @@ def _lint(**flags):
     except ConfigError as exc:
         _fail(str(exc))
     if fixing is not None:
-        from .fixes import report_fixes
+        from ..fixing.fixes import report_fixes
 
         report_fixes(fixing, diff=options.diff, stdin=options.stdin_path if options.use_stdin else None, cwd=options.cwd)
         _hidden_fixes(fixing, options)
@@ -181,8 +181,8 @@ def _lint(**flags):
 
 def _fixes(options, index, result, data):
     """`--fix`/`--diff`: the fixes of `result`, relinted until nothing changes (nothing written)."""
-    from .fixes import FixError, run_fixes
-    from .projects import lint_run
+    from ..fixing.fixes import FixError, run_fixes
+    from ..lint.projects import lint_run
 
     relint = lambda given: lint_run(options, index, data, given)[0]  # noqa: E731
     read = (lambda _path: data) if options.use_stdin else None
@@ -206,8 +206,8 @@ def _hidden_fixes(fixing, options) -> None:
 
 
 def _report(result, options, sources, fixing) -> None:
-    from .formats import report
-    from .formats.text import render_errors
+    from ..formats import report
+    from ..formats.text import render_errors
 
     to_terminal = options.output is None and sys.stdout.isatty()
     text = report(result, options, to_terminal=to_terminal, color=to_terminal and "NO_COLOR" not in os.environ,
@@ -245,7 +245,7 @@ def _outside_report(outside: dict[str, str]) -> str:
 
 def _finish_diff(fixing, result, options):
     """`--diff`: the diff is the output; exit 1 when there is a fix, 2 when linting failed."""
-    from .formats.text import render_errors
+    from ..formats.text import render_errors
 
     if result.errors:
         click.echo(render_errors(result), err=True, nl=False)
@@ -263,7 +263,7 @@ def rules_cmd(fmt):
 
 
 def _rules(fmt):
-    from .registry import all_rules
+    from ..api.registry import all_rules
 
     rules = all_rules()
     if fmt == "json":
@@ -289,7 +289,7 @@ def explain(rule, fmt, examples, no_pager):
 
 def _explain(rule, fmt="auto", pager=True, examples=False):
     from .explain import markdown, show, unknown_rule_message
-    from .registry import all_rules, resolve_code
+    from ..api.registry import all_rules, resolve_code
 
     codes = resolve_code(rule)
     if len(codes) > 1:
@@ -303,7 +303,7 @@ def _explain(rule, fmt="auto", pager=True, examples=False):
 @click.option("--stdio", is_flag=True, help="Talk over standard input/output (the only transport; for clients that pass it).")
 def server(stdio):
     """Run the language server (LSP) over standard input/output; needs the `server` extra."""
-    from .server import main as serve
+    from ..server import main as serve
 
     _guarded(serve)
 
@@ -311,7 +311,7 @@ def server(stdio):
 def _add_runtime_commands() -> None:
     # The guard commands import vLLM lazily inside their bodies; defining them here is cheap.
     try:
-        from .runtime_guards.commands import guards_command, report_command
+        from ..runtime_guards.commands import guards_command, report_command
     except Exception:  # a broken optional part must not take `lint` down with it
         return
     main.add_command(guards_command, "guards")

@@ -27,7 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .. import __version__
 from .records import Outcome
 
 FORMAT = 4
@@ -48,7 +48,7 @@ def code_fingerprint() -> str:
     # not the bundled models (data, read as source) or the runtime parts
     folders = [pkg] + sorted(p.parent for p in pkg.glob("*/__init__.py") if p.parent.name not in _NOT_LINT_CODE)
     try:
-        from . import rules as rules_pkg
+        from .. import rules as rules_pkg
 
         folders += [Path(p) for p in rules_pkg.__path__]
         folders += [Path(p) / "_fixes" for p in rules_pkg.__path__]  # fixes are cached with findings

@@ -25,17 +25,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from . import suppressions
-from .analysis.environment import Environment
-from .analysis.project import FactStore, Project
-from .analysis.views import Context
+from ..adoption import suppressions
+from ..analysis.environment import Environment
+from ..analysis.project import FactStore, Project
+from ..analysis.views import Context
 from .analyze import Plan, analyze
 from .cache import Cache, ScanInfo, digest
 from .discovery import display_path
 from .finalize import PerFileIgnores, SourceFile, finalize
 from .records import Outcome, ScanRecord
-from .rule import Rule
-from .types import FileError, Finding
+from ..api.rule import Rule
+from ..api.types import FileError, Finding
 
 _UNSEEN = object()
 
@@ -425,7 +425,7 @@ class Engine:
                 # a rule's internal error is not cached: the next run tries again (and shows
                 # its traceback under INVARIANT_CHECK_DEBUG)
                 self.cache.put_outcome(rec.digest, rec.shown, d.outcome)
-        from .analysis.project import ChunkFacts
+        from ..analysis.project import ChunkFacts
 
         for file_digest, words in self._facts.new_words.items():
             for word, present in words.items():

@@ -12,7 +12,7 @@ from .rule import Rule
 
 @lru_cache(maxsize=1)
 def all_rules() -> dict[str, type[Rule]]:
-    from . import rules as rules_pkg
+    from .. import rules as rules_pkg
 
     found: dict[str, type[Rule]] = {}
     for info in sorted(pkgutil.iter_modules(rules_pkg.__path__), key=lambda i: i.name):

@@ -1,0 +1,2 @@
+"""--fix and --diff: applying the fixes the rules build, verifying and writing the result.
+"""
