@@ -238,7 +238,7 @@ async def test_a_failing_rule_becomes_a_log_message_and_the_others_still_report(
     logged = await wait_for(client, types.WINDOW_LOG_MESSAGE, lambda: [
         m for m in client.log_messages if "IC992" in m.message
     ])
-    assert "internal error in a rule: IC992: KeyError" in logged[0].message
+    assert "internal error in IC992 (crashing) checking `MTPProposer.propose`: KeyError" in logged[0].message
     assert logged[0].type == types.MessageType.Error
     # still serving
     change_doc(client, uri, PROPOSER.replace("set_skip_topk(True)", "set_skip_topk(False)"), version=2)

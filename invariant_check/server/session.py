@@ -391,7 +391,8 @@ class Session:
         for e in result.errors:
             if e.path != shown and not e.path.startswith("<rule "):
                 continue
-            if e.line is not None and e.path == shown:
+            # a rule's internal error is the tool's problem, not the buffer's: logged, not shown
+            if e.line is not None and e.path == shown and e.rule is None:
                 out.syntax_errors.append(e)
             else:
                 out.problems.append(f"{e.path}: {e.message}")

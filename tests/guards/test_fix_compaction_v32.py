@@ -14,7 +14,7 @@ import types
 import pytest
 from guards_helpers import requires_vllm
 
-from rules._fixes.ic003 import method_source
+from invariant_check.rules._fixes.ic003 import method_source
 
 pytestmark = [requires_vllm, pytest.mark.vllm]
 
