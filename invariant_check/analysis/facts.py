@@ -618,3 +618,12 @@ def pattern_names(pattern: ast.AST) -> Iterator[str]:
         rest = getattr(node, "rest", None)
         if isinstance(rest, str):
             yield rest
+
+
+def returned_def(node: ast.AST) -> ast.AST | None:
+    """The nested function a function returns by name (a decorator's wrapper)."""
+    defs = {st.name: st for st in getattr(node, "body", []) if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Name) and sub.value.id in defs:
+            return defs[sub.value.id]
+    return None

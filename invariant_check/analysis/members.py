@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 
-from .facts import last_name, ref, walk_local
+from .facts import last_name, ref, returned_def, walk_local
 from .project import ClassInfo, Project, Scope
 
 
@@ -51,7 +51,7 @@ def installs_member(project: Project, cls: ClassInfo, name: str) -> bool:
             continue
         if isinstance(dec, ast.Call):
             # a factory: the decorator is the nested function it returns
-            inner = _returned_def(fnode)
+            inner = returned_def(fnode)
             fnode = inner if inner is not None else fnode
         params = [a.arg for a in fnode.args.posonlyargs + fnode.args.args]
         if params and _assigns(fnode, params[0], name):
@@ -83,11 +83,3 @@ def _assigns(fnode: ast.AST, param: str, name: str) -> bool:
             if isinstance(obj, ast.Name) and obj.id == param and isinstance(attr, ast.Constant) and attr.value == name:
                 return True
     return False
-
-
-def _returned_def(node: ast.AST) -> ast.AST | None:
-    defs = {st.name: st for st in getattr(node, "body", []) if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for sub in walk_local(node):
-        if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Name) and sub.value.id in defs:
-            return defs[sub.value.id]
-    return None

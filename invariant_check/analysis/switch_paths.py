@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from .facts import call_fact, last_name, literal_kind, ref, walk_local
+from .facts import call_fact, last_name, literal_kind, ref, returned_def, walk_local
 from .fields import FieldFlow
 from .flow import ENTRY, EXIT, Flow
 from .needs import Names, Words
@@ -335,10 +335,10 @@ class Window:
             if dnode is None:
                 continue
             if factory:
-                dnode = _returned_def(dnode)
+                dnode = returned_def(dnode)
                 if dnode is None:
                     continue
-            wrapper = _returned_def(dnode)
+            wrapper = returned_def(dnode)
             params = [a.arg for a in dnode.args.posonlyargs + dnode.args.args]
             if wrapper is not None and params:
                 out.append((wrapper, params[0]))
@@ -671,16 +671,6 @@ def sampled_rows_name(node: ast.AST) -> str:
         return name
     return _PLACEHOLDER
 
-
-
-
-def _returned_def(node: ast.AST) -> ast.AST | None:
-    """The nested function a function returns by name (a decorator's wrapper)."""
-    defs = {st.name: st for st in getattr(node, "body", []) if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    for sub in walk_local(node):
-        if isinstance(sub, ast.Return) and isinstance(sub.value, ast.Name) and sub.value.id in defs:
-            return defs[sub.value.id]
-    return None
 
 
 def identity_rows(call: ast.Call) -> bool:
