@@ -302,8 +302,8 @@ SEE_ALSO: dict[tuple[str, str], tuple[str, ...]] = {
     ),
     ("metadata-coherence", "memo-cache"): (
         _IC004,
-        "docs/findings.md (3): the V1 draft loop and `extend_all_queries_by_N` keep the token-to-request "
-        "cache of the old layout",
+        ("docs/findings.md (3): the V1 draft loop and `extend_all_queries_by_N` keep the token-to-request "
+         "cache of the old layout"),
     ),
     ("metadata-coherence", "dcp-local-seq-lens"): (
         _IC004,

@@ -29,7 +29,7 @@ def interpreted(module_name: str):
     import vllm.triton_utils as tu
 
     try:
-        import triton.experimental.gluon  # noqa: F401 - imported compiled, as for everyone else
+        import triton.experimental.gluon
     except ImportError:
         pass
     spec = importlib.util.find_spec(module_name)

@@ -21,7 +21,13 @@ pytestmark = [requires_vllm, pytest.mark.vllm]
 
 torch = pytest.importorskip("torch")
 
-from guards_draft_steps import SEQ, make_proposer, register_cpu_kernels, run_draft_steps, step0_metadata  # noqa: E402
+from guards_draft_steps import (
+    SEQ,
+    make_proposer,
+    register_cpu_kernels,
+    run_draft_steps,
+    step0_metadata,
+)
 
 TOKEN_MEMO, COMPUTED_MEMO = "_token_to_req_indices_cache", "_num_computed_tokens_cache"
 
@@ -34,8 +40,8 @@ def cpu_kernels():
 @pytest.fixture
 def triton_kernel(monkeypatch):
     """vLLM's compute_token_to_req_indices with its Triton kernel interpreted."""
-    import vllm.v1.attention.ops.metadata as metadata
     from guards_vllm_triton import interpreted, interpreted_call
+    from vllm.v1.attention.ops import metadata
 
     copy = interpreted("vllm.v1.attention.ops.metadata")
     monkeypatch.setattr(metadata, "compute_token_to_req_indices", interpreted_call(copy.compute_token_to_req_indices))
@@ -84,9 +90,8 @@ def violations(tmp_path, invariant):
 
 
 def test_the_memos_are_learned_from_vllms_class():
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
     from invariant_check.runtime_guards import memos
+    from vllm.v1.attention.backend import CommonAttentionMetadata
 
     found = {m.method: m for m in memos.memos_of(CommonAttentionMetadata)}
     assert found["token_to_req_indices"].field == TOKEN_MEMO and found["token_to_req_indices"].buffers == 1
@@ -97,9 +102,8 @@ def test_the_memos_are_learned_from_vllms_class():
 
 
 def test_a_memo_a_new_release_adds_is_learned_without_configuration():
-    from vllm.v1.attention.backend import CommonAttentionMetadata
-
     from invariant_check.runtime_guards import memos
+    from vllm.v1.attention.backend import CommonAttentionMetadata
 
     @dataclasses.dataclass
     class Next(CommonAttentionMetadata):
@@ -252,10 +256,9 @@ def test_stale_dcp_local_lengths_are_reported_and_fresh_ones_are_clean(guards, t
 def test_dcp_facts_from_vllms_parallel_state_and_config(guards, monkeypatch):
     """A builder that records no rank (vLLM's MLA builders): the rank from vLLM's DCP group, the
     interleave from the proposer's ParallelConfig, as vLLM's own code reads them."""
+    from invariant_check.runtime_guards.errors import InvariantViolation
     from vllm.config import ParallelConfig
     from vllm.distributed import parallel_state
-
-    from invariant_check.runtime_guards.errors import InvariantViolation
 
     guards(mode="raise")
     monkeypatch.setattr(parallel_state, "_DCP", types.SimpleNamespace(world_size=2, rank_in_group=1))
