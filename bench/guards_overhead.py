@@ -256,6 +256,11 @@ def per_call_costs(repeat: int) -> dict:
             p, cad = steps[n]
             t_step = timeit(lambda: p.build_per_group_and_layer_attn_metadata(cad, 1), repeat, 200)
             r[f"draft_step_metadata[{n} requests]"] = t_step
+            # the same with a memo set (as a Mamba/GDN builder leaves it): recomputed and compared
+            cad._num_computed_tokens_cache = cad.compute_num_computed_tokens()
+            r[f"draft_step_metadata_memo[{n} requests]"] = timeit(
+                lambda: p.build_per_group_and_layer_attn_metadata(cad, 1), repeat, 200)
+            cad._num_computed_tokens_cache = None
             # One proposal with 3 speculative tokens: set_skip(F), fwd, set_skip(T), compact,
             # 2 reuse fwds, and 3 metadata builds of n requests (1 group).
             r[f"proposal_k3[{n} requests]"] = t_all + 2 * t_fwd + 3 * t_step

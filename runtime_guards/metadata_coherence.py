@@ -19,6 +19,14 @@ what the speculator passes to `build_attn_metadata`), for the rows of the real r
   whose slot is vLLM's padding id (-1, "write nothing") are not checked; nor are decode context
   parallel runs (their slots are rank-local).
 
+- `memo-cache`: every memo cache set on the v1 metadata object (a method that returns `self._x`
+  once set, learned from the class: `memos.py`) equals what its method computes from the
+  current fields (vLLM 0.25-0.33: the draft loop rewrites `query_start_loc`/`num_actual_tokens`
+  in place and `token_to_req_indices` keeps mapping every draft token to request 0);
+- `dcp-local-seq-lens`: under decode context parallelism (size > 1, rank and interleave known),
+  `dcp_local_seq_lens[row] == get_dcp_local_seq_lens(seq_lens)[row]` (vLLM's own function), or of
+  `seq_lens_cpu_upper_bound`, which vLLM's model runner computes them from.
+
 And `pad-tail` (model runner v2): after `_copy_request_inputs`, the speculator's `idx_mapping`
 rows past the real requests hold -1, the sentinel sampling and slot mapping skip (vLLM PR
 #47066: 0.24 left them stale).
@@ -31,13 +39,14 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from . import deferred, faults, runtime
+from . import deferred, faults, memos, runtime
 from .config import METADATA_COHERENCE
 from .targets import site_name
 
@@ -54,6 +63,7 @@ def flush() -> None:
 
 def reset() -> None:
     _queue.clear()
+    memos.reset()
 
 
 # ---------------------------------------------------------------------------- what is checked
@@ -68,6 +78,15 @@ class SlotGroup:
     block_size: int
     positions: torch.Tensor  # [tokens]: the position each token runs at
     name: str = ""  # "group 1" where there are several
+
+
+@dataclass(frozen=True)
+class DcpFacts:
+    """What vLLM's get_dcp_local_seq_lens needs besides seq_lens."""
+
+    size: int
+    rank: int
+    interleave: int
 
 
 @dataclass
@@ -87,6 +106,9 @@ class StepMetadata:
     query_start_loc_cpu: torch.Tensor | None
     seq_lens_cpu_upper_bound: torch.Tensor | None
     slot_groups: list[SlotGroup] = field(default_factory=list)
+    metadata: Any = None  # the metadata object itself, whose memo caches are checked
+    dcp_local_seq_lens: torch.Tensor | None = None
+    dcp: DcpFacts | None = None
 
 
 @dataclass
@@ -97,6 +119,7 @@ class _Cond:
     relation: str  # "max_seq_len >= seq_lens[row]": what must hold, for the message
     # element index -> (request row, {value name: value}); reads kept tensors, on failure only
     values: Callable[[int], tuple[int, dict[str, Any]]]
+    row_label: str = "request row"  # what an element is: a memo over tokens has token rows
 
 
 def _head(t: torch.Tensor, k: int) -> torch.Tensor:
@@ -147,7 +170,99 @@ def _conditions(md: StepMetadata, keep: Callable[[torch.Tensor], torch.Tensor]) 
         cond = _slot_condition(md, g)
         if cond is not None:
             conds.append(cond)
+    dcp = _dcp_condition(md, seq, keep)
+    if dcp is not None:
+        conds.append(dcp)
+    conds += _memo_conditions(md, keep)
     return conds
+
+
+def _memo_conditions(md: StepMetadata, keep: Callable[[torch.Tensor], torch.Tensor]) -> list[_Cond]:
+    obj = md.metadata
+    if obj is None:
+        return []
+    held = memos.set_memos(obj)
+    if not held:
+        return []  # the usual case: a getattr per memo
+    rows = md.num_tokens
+    qcpu = md.query_start_loc_cpu
+    if qcpu is not None and qcpu.dim() == 1 and qcpu.numel():
+        rows = max(rows, int(qcpu[-1]))
+    fresh = memos.recompute(obj, held, rows)
+    conds = []
+    for m in held:
+        if m.field not in fresh:
+            continue
+        cond = _memo_condition(m, getattr(obj, m.field), fresh[m.field], keep)
+        if cond is not None:
+            conds.append(cond)
+    return conds
+
+
+def _memo_condition(m: memos.Memo, old: Any, new: Any, keep: Callable[[torch.Tensor], torch.Tensor]) -> _Cond | None:
+    source = ", ".join(m.reads) or "the other fields"
+    relation = f"memo {m.field} == {m.method}() recomputed from {source}"
+    values_of = {"memo": m.field, "method": m.method}
+    if not isinstance(old, torch.Tensor) or not isinstance(new, torch.Tensor):
+        same = bool(old == new) if isinstance(old, (int, float, bool, str, tuple)) else True
+        return _Cond("memo-cache", m.field, torch.tensor([same]), relation,
+                     lambda i: (0, {**values_of, m.field: old, "recomputed": new}), row_label="row")
+    rows = new.shape[0] if new.dim() else 1
+    if old.dim() != new.dim() or old.shape[1:] != new.shape[1:] or (new.dim() and old.shape[0] < rows):
+        # the memo cannot even cover the current layout (vLLM's own assertion would fail)
+        return _Cond("memo-cache", m.field, torch.zeros(1, dtype=torch.bool, device=new.device),
+                     f"memo {m.field} covers the {rows} rows {m.method}() needs",
+                     lambda i: (0, {**values_of, "memo_shape": list(old.shape), "recomputed_shape": list(new.shape)}),
+                     row_label="row")
+    have = _head(old, rows) if new.dim() else old
+    want = _on(new, have.device)
+    ok = (have == want).reshape(rows, -1).all(1) if new.dim() else (have == want).reshape(1)
+    have_k, want_k = keep(have), keep(want)
+    return _Cond("memo-cache", m.field, ok, relation,
+                 lambda i: (i, {**values_of, f"{m.field}[row]": _row(have_k, i), "recomputed[row]": _row(want_k, i)}),
+                 row_label="row")
+
+
+def _row(t: torch.Tensor, i: int) -> Any:
+    return t[i].tolist() if t.dim() else t.tolist()
+
+
+_dcp_fn: list[Any] = []
+
+
+def _get_dcp_local_seq_lens() -> Any:
+    """vLLM's own function (vllm.v1.attention.backends.utils), looked up once."""
+    if not _dcp_fn:
+        try:
+            from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
+        except Exception:  # noqa: BLE001 - a vLLM without it: nothing to compare with
+            get_dcp_local_seq_lens = None
+        _dcp_fn.append(get_dcp_local_seq_lens)
+    return _dcp_fn[0]
+
+
+def _dcp_condition(md: StepMetadata, seq: torch.Tensor | None, keep: Callable[[torch.Tensor], torch.Tensor]) -> _Cond | None:
+    local, facts, n = md.dcp_local_seq_lens, md.dcp, md.num_reqs
+    if local is None or facts is None or facts.size <= 1 or seq is None or n == 0 or local.numel() < n:
+        return None
+    fn = _get_dcp_local_seq_lens()
+    if fn is None:
+        return None
+    want = fn(seq, facts.size, facts.rank, facts.interleave)
+    have = _on(_head(local, n), want.device)
+    ok = have == want
+    ub = md.seq_lens_cpu_upper_bound
+    relation = f"dcp_local_seq_lens[row] == get_dcp_local_seq_lens(seq_lens, {facts.size}, {facts.rank}, {facts.interleave})[row]"
+    if ub is not None and ub.numel() >= n:
+        # vLLM's V1 model runner computes the target's local lengths from the optimistic CPU
+        # lengths (the upper bound): either is the local length of a layout that exists.
+        ok |= have == fn(_on(_head(ub, n), want.device), facts.size, facts.rank, facts.interleave)
+        relation += " (or of seq_lens_cpu_upper_bound)"
+    have_k, want_k, seq_k = keep(have), keep(want), keep(seq)
+    return _Cond("dcp-local-seq-lens", "dcp_local_seq_lens", ok, relation,
+                 lambda i: (i, {"dcp_local_seq_lens[row]": int(have_k[i]), "expected[row]": int(want_k[i]),
+                                "seq_lens[row]": int(seq_k[i]), "dcp_size": facts.size, "dcp_rank": facts.rank,
+                                "cp_kv_cache_interleave_size": facts.interleave}))
 
 
 def _slot_condition(md: StepMetadata, g: SlotGroup) -> _Cond | None:
@@ -214,7 +329,7 @@ def _report(md: StepMetadata, failed: list[_Cond], site: str) -> None:
         shown = ", ".join(f"{k} = {v}" for k, v in values.items())
         runtime.violation(
             G, c.invariant,
-            f"{md.owner} draft step {step}, request row {row}: {c.relation} does not hold ({shown}; "
+            f"{md.owner} draft step {step}, {c.row_label} {row}: {c.relation} does not hold ({shown}; "
             f"{int(bad.numel())} of {c.ok.numel()} rows)",
             {"field": c.field, "draft_step": md.draft_step, "row": row, **values, "bad_rows": int(bad.numel()),
              "num_reqs": md.num_reqs, "num_actual_tokens": md.num_tokens, "owner": md.owner},
@@ -243,9 +358,10 @@ def v1_step(proposer: Any, cad: Any, draft_index: int) -> StepMetadata:
     slot = getattr(cad, "slot_mapping", None)
     table = getattr(cad, "block_table_tensor", None)
     block_size = getattr(proposer, "block_size", -1)
+    dcp_local = _tensor(getattr(cad, "dcp_local_seq_lens", None))
     if (positions is not None and isinstance(slot, torch.Tensor) and isinstance(table, torch.Tensor)
             and table.dim() == 2 and isinstance(block_size, int) and block_size > 0
-            and getattr(cad, "dcp_local_seq_lens", None) is None):
+            and dcp_local is None):
         groups.append(SlotGroup(slot, table, block_size, positions))
     return StepMetadata(
         owner=type(proposer).__qualname__,
@@ -263,7 +379,47 @@ def v1_step(proposer: Any, cad: Any, draft_index: int) -> StepMetadata:
         query_start_loc_cpu=_tensor(getattr(cad, "query_start_loc_cpu", None)),
         seq_lens_cpu_upper_bound=_tensor(getattr(cad, "seq_lens_cpu_upper_bound", None)),
         slot_groups=groups,
+        metadata=cad,
+        dcp_local_seq_lens=dcp_local,
+        dcp=_v1_dcp(proposer) if dcp_local is not None else None,
     )
+
+
+def _v1_dcp(proposer: Any) -> DcpFacts | None:
+    """The DCP size, rank and interleave the draft's attention runs with: what its metadata
+    builders recorded (vLLM's builders keep `dcp_world_size`, most `dcp_rank`; 1 for a replicated
+    draft cache), the rest from vLLM's DCP group and the proposer's parallel config, as vLLM
+    reads them. None when something is unknown: nothing is guessed."""
+    parallel = getattr(getattr(proposer, "vllm_config", None), "parallel_config", None)
+    size = rank = interleave = None
+    for group in getattr(proposer, "draft_attn_groups", None) or ():
+        for builder in getattr(group, "metadata_builders", None) or ():
+            size = _int(getattr(builder, "dcp_world_size", None))
+            if size is not None:
+                rank = _int(getattr(builder, "dcp_rank", None))
+                interleave = next((v for v in (_int(getattr(builder, a, None)) for a in _INTERLEAVE) if v), None)
+                break
+        if size is not None:
+            break
+    if size is None and parallel is not None:
+        size = _int(getattr(parallel, "decode_context_parallel_size", None))
+    state = sys.modules.get("vllm.distributed.parallel_state")
+    group = getattr(state, "_DCP", None)  # what get_dcp_group() returns once initialised
+    if size is None:
+        size = _int(getattr(group, "world_size", None))
+    if size is None or size <= 1:
+        return None
+    if rank is None:
+        rank = _int(getattr(group, "rank_in_group", None))
+    if interleave is None:
+        interleave = _int(getattr(parallel, "cp_kv_cache_interleave_size", None))
+    if rank is None or interleave is None or interleave <= 0:
+        return None
+    return DcpFacts(size, rank, interleave)
+
+
+# where vLLM's builders keep the interleave (flash-attn and MLA; FlashInfer)
+_INTERLEAVE = ("cp_kv_cache_interleave_size", "dcp_kv_cache_interleave_size")
 
 
 def _tensor(value: Any) -> torch.Tensor | None:
@@ -389,7 +545,18 @@ def v2_step(bound: dict[str, Any], ctx: _V2Context | None) -> StepMetadata | Non
         query_start_loc_cpu=_tensor(bound.get("query_start_loc_cpu")),
         seq_lens_cpu_upper_bound=_tensor(bound.get("seq_lens_cpu_upper_bound")),
         slot_groups=groups,
+        dcp_local_seq_lens=_tensor(bound.get("dcp_local_seq_lens")),
+        dcp=_v2_dcp(spec, tables),
     )
+
+
+def _v2_dcp(spec: Any, tables: Any) -> DcpFacts | None:
+    # what the speculator itself passes to prepare_dcp_local_seq_lens (0.32+)
+    size = _int(getattr(spec, "dcp_size", None))
+    rank, step = _int(getattr(tables, "cp_rank", None)), _int(getattr(tables, "cp_interleave", None))
+    if size is None or size <= 1 or rank is None or step is None or step <= 0:
+        return None
+    return DcpFacts(size, rank, step)
 
 
 def wrap_v2_build_attn_metadata(orig: Callable[..., Any], module: Any) -> Callable[..., Any]:

@@ -300,6 +300,15 @@ SEE_ALSO: dict[tuple[str, str], tuple[str, ...]] = {
         _IC004,
         "docs/findings.md: vLLM 0.20-0.33 `extend_all_queries_by_N` leaves the bound N below seq_lens",
     ),
+    ("metadata-coherence", "memo-cache"): (
+        _IC004,
+        ("docs/findings.md (3): the V1 draft loop and `extend_all_queries_by_N` keep the token-to-request "
+         "cache of the old layout"),
+    ),
+    ("metadata-coherence", "dcp-local-seq-lens"): (
+        _IC004,
+        "docs/findings.md (2): V1 drafts under DCP keep the target's local lengths",
+    ),
 }
 
 

@@ -280,6 +280,42 @@ def test_v2_unpadded_build_must_end_at_the_token_count(guards):
     assert info.value.invariant == "query-start-loc"
 
 
+@pytest.mark.parametrize("rank", [0, 1])
+def test_v2_dcp_local_lengths_own_kernel_clean_and_stale_reported(guards, monkeypatch, rank):
+    """Under DCP the speculator recomputes the local lengths with its own Triton kernel (run
+    through Triton's interpreter here): the guard's expectation, vLLM's get_dcp_local_seq_lens,
+    agrees with it; the lengths of the step before (what a caller could pass) are reported."""
+    import vllm.v1.worker.gpu.spec_decode.speculator as spec_mod
+    from guards_vllm_triton import interpreted, interpreted_call
+    from vllm.config.compilation import CUDAGraphMode
+    from vllm.v1.attention.backends.utils import get_dcp_local_seq_lens
+    from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
+
+    from invariant_check.runtime_guards.errors import InvariantViolation
+
+    cp = interpreted("vllm.v1.worker.gpu.cp_utils")
+    monkeypatch.setattr(spec_mod, "prepare_dcp_local_seq_lens", interpreted_call(cp.prepare_dcp_local_seq_lens))
+    rep = guards(mode="raise")
+    s = make_speculator()
+    s.dcp_size = 2
+    s.block_tables.cp_size, s.block_tables.cp_rank, s.block_tables.cp_interleave = 2, rank, 1
+    s.input_buffers.dcp_local_seq_lens = torch.zeros(4, dtype=torch.int32)
+    v2_build(s)
+    assert s.input_buffers.dcp_local_seq_lens[:3].tolist() == get_dcp_local_seq_lens(
+        torch.tensor(SEQ), 2, rank).tolist()
+    assert rep.violations == 0 and rep.guard_errors == 0
+    stale = get_dcp_local_seq_lens(torch.tensor(SEQ, dtype=torch.int32) - 1, 2, rank)
+    stale = torch.cat([stale, torch.zeros(1, dtype=torch.int32)])
+    desc = BatchExecutionDescriptor(cg_mode=CUDAGraphMode.NONE, num_tokens=len(SEQ), num_reqs=None)
+    with pytest.raises(InvariantViolation) as info:
+        s._build_uniform_attn_metadata(desc, len(SEQ), 1, torch.tensor(SEQ, dtype=torch.int32) - 1, 1,
+                                       dcp_local_seq_lens=stale)
+    v = info.value.values
+    first = next(i for i, x in enumerate(SEQ) if (x - 1) % 2 == rank)  # the rank that got the token
+    assert info.value.invariant == "dcp-local-seq-lens" and v["row"] == first and v["dcp_rank"] == rank
+    assert v["expected[row]"] == v["dcp_local_seq_lens[row]"] + 1
+
+
 # ---------------------------------------------------------------------------- pad-tail
 
 
