@@ -350,6 +350,18 @@ def propose(self, common_attn_metadata):
     return self.run_model(attn_metadata)
 """,
         ),
+        # A flag lets the first group advance the shared inputs, once.
+        Valid(
+            """
+def step(self, common_attn_metadata):
+    advanced = False
+    for group in self.draft_attn_groups:
+        if not advanced:
+            common_attn_metadata.seq_lens += 1
+            advanced = True
+        group.builder.build(common_attn_metadata)
+""",
+        ),
     ]
 
     INVALID = [
@@ -394,7 +406,7 @@ def step(self, common_attn_metadata):
         group.builder.build(common_attn_metadata)
 """,
             line=3,
-            message_contains="`common_attn_metadata`",
+            message_contains="`common_attn_metadata.seq_lens`",
         ),
         # Through a local alias of the common metadata, with `add_`, in `enumerate(zip(...))`.
         Invalid(
@@ -517,6 +529,27 @@ class Proposer:
 """,
             line=12,
         ),
+        # A position local moved forward in a loop over the builders.
+        Invalid(
+            """
+def step(self, builders, positions, cad):
+    for builder in builders:
+        positions = positions + 1
+        builder.build(cad, positions)
+""",
+            line=3,
+            message_contains="`positions`",
+        ),
+        # The per-layer dict comprehension walks every group's layers, with the last value.
+        Invalid(
+            """
+def propose(self, cad):
+    for group in self.attn_groups:
+        md = group.builder.build(cad)
+    return {n: md for g in self.attn_groups for n in g.layer_names}
+""",
+            line=4,
+        ),
     ]
 
     @classmethod
@@ -540,11 +573,11 @@ class Proposer:
         for adv in shared_advances(view, view.node, loops, fields=self.fields, advancing=self.advancing,
                                    forwards=self.forwards, depth=self.depth):
             header = _header(view, adv.loop)
-            what = "state it reaches itself" if adv.shared == STATE else f"`{adv.shared}`"
-            by = f"`{adv.via}(...)` advances" if adv.via else "this advances"
+            what = "what it reaches itself" if adv.shared == STATE else f"`{adv.shared}`"
+            by = f"`{adv.via}(...)`" if adv.via else f"`{one_line(view.text(adv.node), 50)}`"
             message = (
-                f"{by} the positions or sequence lengths of {what} once per iteration of `{header}` "
-                f"(line {adv.loop.lineno}): shared by every group, they move by the number of groups in one draft step"
+                f"{by} advances {what} once per iteration of `{header}` (line {adv.loop.lineno}): "
+                f"shared by every group, it moves by the number of groups in one draft step"
             )
             hint = (
                 f"Advance {what} once per draft step, before or after `{header}`; inside it, advance "

@@ -319,12 +319,12 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
             for piece in store_targets(t):
                 for w in store_writes(piece, node, aliases):
                     if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(piece, fresh):
-                        return f"{w.obj}", None
+                        return f"{w.obj}.{w.field}", None
         return None
     call = node
     for w in call_writes(call, aliases):
         if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(call.func.value, fresh):
-            return w.obj, None
+            return f"{w.obj}.{w.field}", None
     local = local_increment(call)
     if local is not None and local in fields:
         return (canonical(local, aliases) or local, None) if shared(local) else None
@@ -435,7 +435,11 @@ def _advanced(summaries, fn: FunctionInfo, fields, advancing, depth, visiting) -
                 out.add(got)
     for call in fn.facts.calls:
         if call.name in advancing:
-            for spelled in list(call.args) + list(call.kwargs.values()):
+            # a kernel: what it is given under an advanced name (`seq_lens=md.seq_lens`), else
+            # everything it is given
+            named = [v for k, v in call.kwargs.items() if v and (k in fields or v.rsplit(".", 1)[-1] in fields)]
+            named += [a for a in call.args if a and a.rsplit(".", 1)[-1] in fields]
+            for spelled in named or list(call.args) + list(call.kwargs.values()):
                 got = where(spelled)
                 if got is not None:
                     out.add(got)
