@@ -3,8 +3,9 @@ from __future__ import annotations
 import ast
 from typing import Any, Iterator
 
-from invariant_check.analysis.group_loops import STATE, group_loops, last_group_uses, shared_advances
-from invariant_check.analysis.needs import FOR_STATEMENT, WHILE_STATEMENT, All, Names, Need
+from invariant_check.analysis.group_loops import STATE, group_loops, last_group_uses, names_any, shared_advances
+from invariant_check.analysis.fields import Moved
+from invariant_check.analysis.needs import FOR_STATEMENT, WHILE_STATEMENT, All, Names, Need, Words
 from invariant_check.analysis.needs import Any as AnyOf
 from invariant_check.analysis.source import one_line
 from invariant_check.analysis.views import FunctionView
@@ -158,7 +159,7 @@ class AdvanceOncePerStep(Rule):
     )
     OPTIONS = {
         "group-iterables": Option(
-            ["*group*", "*builder*", "*layer*"],
+            ["*group*", "*builder*", "*layer_name*"],
             "globs for identifiers that make a loop's iterable a collection of attention groups or layers",
         ),
         "advanced-fields": Option(["seq_lens", "positions"], "fields and locals whose increment advances the inputs"),
@@ -532,10 +533,10 @@ class Proposer:
         # A position local moved forward in a loop over the builders.
         Invalid(
             """
-def step(self, builders, positions, cad):
+def step(self, builders, positions, common_attn_metadata):
     for builder in builders:
         positions = positions + 1
-        builder.build(cad, positions)
+        builder.build(common_attn_metadata, positions)
 """,
             line=3,
             message_contains="`positions`",
@@ -554,8 +555,10 @@ def propose(self, cad):
 
     @classmethod
     def needs(cls, options: dict[str, Any]) -> Need:
-        # both shapes live in a `for`/`while` statement whose header names a group
-        return All(AnyOf(FOR_STATEMENT, WHILE_STATEMENT), _group_names(options))
+        # both shapes live in a `for`/`while` statement whose header names a group, in a
+        # function that names the metadata or an advancing call, or moves an advanced field
+        # itself (`x.seq_lens += 1`: the only advance reported without those names)
+        return All(AnyOf(FOR_STATEMENT, WHILE_STATEMENT), _group_names(options), AnyOf(*_step_words(options)))
 
     def __init__(self, options: dict[str, Any]) -> None:
         super().__init__(options)
@@ -570,8 +573,14 @@ def propose(self, cad):
         loops = group_loops(view.node, self.groups)
         if not loops:
             return
+        # what the prefilter asks of the text: without a metadata name or an advancing call,
+        # only a field moved in place is reported (the helper and the local are not told
+        # from any other loop's)
+        named = names_any(view.node, self.metadata, self.advancing)
         for adv in shared_advances(view, view.node, loops, fields=self.fields, advancing=self.advancing,
                                    forwards=self.forwards, depth=self.depth):
+            if not named and adv.kind != "field":
+                continue
             header = _header(view, adv.loop)
             what = "what it reaches itself" if adv.shared == STATE else f"`{adv.shared}`"
             by = f"`{adv.via}(...)`" if adv.via else f"`{one_line(view.text(adv.node), 50)}`"
@@ -597,6 +606,11 @@ def propose(self, cad):
                 f"(`for name in group.layer_names: per_layer[name] = {use.name}`) and hand on the per-layer dict."
             )
             yield Report(use.use, message, hint, {"name": use.name, "how": use.how, "loop_line": use.loop.lineno})
+
+
+def _step_words(options: dict[str, Any]) -> tuple[Need, ...]:
+    return (Names(options["metadata-names"], case_sensitive=False), Words(*options["input-advancing-calls"]),
+            Moved(options["advanced-fields"]))
 
 
 def _group_names(options: dict[str, Any]) -> Names:

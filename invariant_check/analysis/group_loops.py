@@ -60,6 +60,27 @@ def group_loops(func: ast.AST, names: Names) -> list[ast.AST]:
     return out
 
 
+def names_any(func: ast.AST, names: Names, words: frozenset[str]) -> bool:
+    """Whether the function (its own scope) spells an identifier matching `names` or one of
+    `words`: a draft step's group loop names the metadata it builds or what it advances (the
+    rule's prefilter asks the same of the text)."""
+    for node in walk_local(func):
+        if isinstance(node, ast.Name):
+            spelled = node.id
+        elif isinstance(node, ast.Attribute):
+            spelled = node.attr
+        elif isinstance(node, ast.arg):
+            spelled = node.arg
+        elif isinstance(node, ast.keyword) and node.arg:
+            spelled = node.arg
+        else:
+            continue
+        if spelled in words or names.matches(spelled):
+            return True
+    args = getattr(func, "args", None)
+    return args is not None and any(a.arg in words or names.matches(a.arg) for a in ast.walk(args) if isinstance(a, ast.arg))
+
+
 def identifiers(expr: ast.AST) -> Iterator[str]:
     for node in ast.walk(expr):
         if isinstance(node, ast.Name):
@@ -195,6 +216,7 @@ class SharedAdvance:
     node: ast.AST  # the statement or call that advances
     shared: str  # what it advances that outlives the iteration (a dotted name, or STATE)
     via: str | None = None  # the helper, when a call advances it
+    kind: str = "field"  # 'field' (a field moved in place), 'local', 'call' (a helper or kernel)
 
 
 def shared_advances(view, func: ast.AST, loops: list[ast.AST], *, fields: frozenset[str], advancing: frozenset[str],
@@ -218,9 +240,9 @@ def shared_advances(view, func: ast.AST, loops: list[ast.AST], *, fields: frozen
             got = _advance_of(view, node, aliases, fresh, fields, advancing, depth, summaries)
             if got is None:
                 continue
-            shared, via = got
+            shared, via, kind = got
             seen.add(id(node))
-            yield SharedAdvance(loop, node, shared, via)
+            yield SharedAdvance(loop, node, shared, via, kind)
 
 
 def _innermost(loops: list[ast.AST]) -> dict[int, ast.AST]:
@@ -301,8 +323,8 @@ def _indexed_by(target: ast.AST, fresh: set[str]) -> bool:
 
 
 def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, advancing, depth,
-                summaries) -> tuple[str, str | None] | None:
-    """(the shared object `node` advances, the helper it calls) or None."""
+                summaries) -> tuple[str, str | None, str] | None:
+    """(the shared object `node` advances, the helper it calls, the kind of advance) or None."""
 
     def shared(spelled: str | None) -> bool:
         root = _root(canonical(spelled, aliases) if spelled else None)
@@ -315,19 +337,19 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
             if isinstance(t, ast.Name) and t.id in fields and _moves_itself(node, t.id, aliases):
                 up = isinstance(node.op, ast.Add) if isinstance(node, ast.AugAssign) else direction(node.value, t.id, aliases) == 1
                 if up and shared(t.id):
-                    return canonical(t.id, aliases) or t.id, None
+                    return canonical(t.id, aliases) or t.id, None, "local"
             for piece in store_targets(t):
                 for w in store_writes(piece, node, aliases):
                     if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(piece, fresh):
-                        return f"{w.obj}.{w.field}", None
+                        return f"{w.obj}.{w.field}", None, "field"
         return None
     call = node
     for w in call_writes(call, aliases):
         if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(call.func.value, fresh):
-            return f"{w.obj}.{w.field}", None
+            return f"{w.obj}.{w.field}", None, "field"
     local = local_increment(call)
     if local is not None and local in fields:
-        return (canonical(local, aliases) or local, None) if shared(local) else None
+        return (canonical(local, aliases) or local, None, "local") if shared(local) else None
     kind, fn = resolve_call(view, call)
     if not call_advances(call, fn, fields=fields, advancing=advancing, depth=depth, summaries=summaries):
         return None
@@ -339,19 +361,19 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
         # a kernel or helper read by name: what it is given under an advanced name
         given = _named_arguments(call, fields) or [r for r in (ref(v) for v in passed_values(call)) if r]
         if not given:
-            return STATE, via
+            return STATE, via, "call"
         hit = next((g for g in given if shared(g)), None)
-        return (canonical(hit, aliases) or hit, via) if hit is not None else None
+        return (canonical(hit, aliases) or hit, via, "call") if hit is not None else None
     for index, below in sorted(roots, key=str):
         if index == STATE:
-            return (below or STATE), via
+            return (below or STATE), via, "call"
         arg = _argument_at(call, fn, index)
         if arg is None:
             continue
         spelled = ref(arg)
         if spelled is not None and shared(spelled):
             spelled = canonical(spelled, aliases) or spelled
-            return (f"{spelled}.{below}" if below else spelled), via
+            return (f"{spelled}.{below}" if below else spelled), via, "call"
     return None
 
 
