@@ -102,6 +102,10 @@ class AdvanceOncePerStep(Rule):
     i, group in enumerate(groups)`); an advance under a condition that reads only names (`if
     i == 0:`, `if not advanced:`): such a condition picks iterations, and the rule does not
     count them; a new object built from the old one (`replace(md, seq_lens=md.seq_lens + 1)`).
+    An advance through a helper, a kernel or a local is looked for only in a function that
+    names attention metadata (`metadata-names`) or an `input-advancing-calls` function (what
+    a draft step's group loop does; the prefilter reads the same names); a field moved in
+    place (`x.seq_lens += 1`) is looked for in every group loop.
     There need not be a loop over the steps around the group loop: one call of the function
     advances by the number of groups however often it is called.
 
@@ -134,7 +138,8 @@ class AdvanceOncePerStep(Rule):
     ## Options
     - `group-iterables` (globs, any case): identifiers whose presence in a loop's iterable
       (or a `while` test) makes it a loop over groups or layers. Default `*group*`,
-      `*builder*`, `*layer*`.
+      `*builder*`, `*layer_name*` (not `*layer*`: `for layer in self.layers` of every model
+      file is a loop over a model's layers, and it tripled the files a lint reads).
     - `advanced-fields`: fields (and locals) whose increment advances the inputs. Default
       `seq_lens`, `positions` (as IC005).
     - `input-advancing-calls`: last names of calls (kernels, helpers) that advance the draft
