@@ -43,7 +43,7 @@ def test_examples_show_each_rule_once_and_a_clean_file():
     assert [rule for rule, _ in got] == analysis_rules, got
     assert len({name for _, name in got}) == len(got), got
     assert ("IC001", "drafter_last_entry.py") in got and ("IC002", "proposer_skip_topk.py") in got
-    assert ("IC003", "mtp_model.py") in got
+    assert ("IC003", "mtp_model.py") in got and ("IC006", "group_loop_advance.py") in got
     assert "clean_proposer.py" not in {name for _, name in got}
     assert doc["summary"]["files_checked"] == len(list((REPO / "examples").glob("*.py")))
 
@@ -70,6 +70,6 @@ def test_readme_lint_command_works_as_written_in_a_fresh_checkout(tmp_path, copy
     assert proc.returncode == 1, out  # findings, as the README's comment says
     flagged = sorted(set(re.findall(r"^examples/(\w+\.py):\d+:\d+: (IC\d{3}) ", proc.stdout, re.M)))
     assert flagged == [("draft_step_max_seq_len.py", "IC004"), ("drafter_last_entry.py", "IC001"),
-                       ("mtp_model.py", "IC003"), ("proposer_skip_topk.py", "IC002"),
+                       ("group_loop_advance.py", "IC006"), ("mtp_model.py", "IC003"), ("proposer_skip_topk.py", "IC002"),
                        ("v2_draft_loop.py", "IC005")], out
     assert (src / ".venv-lint" / "bin" / "invariant-check").is_file()

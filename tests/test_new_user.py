@@ -209,7 +209,7 @@ def test_a_copy_of_the_checkout_runs_from_its_root_without_an_install(tmp_path):
     run = subprocess.run([sys.executable, "-m", "invariant_check", "lint", "--no-cache", "--format", "json", "examples"],
                          capture_output=True, text=True, cwd=copy, env=clean_env())
     assert run.returncode == 1, run.stderr
-    assert {f["rule"] for f in json.loads(run.stdout)["findings"]} == {"IC001", "IC002", "IC003", "IC004", "IC005"}
+    assert {f["rule"] for f in json.loads(run.stdout)["findings"]} == {"IC001", "IC002", "IC003", "IC004", "IC005", "IC006"}
 
 
 def test_the_editable_install_registers_the_guard_plugin():

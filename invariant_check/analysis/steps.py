@@ -164,7 +164,14 @@ def advances_fields(flow: FieldFlow, n: int, *, fields: frozenset[str], advancin
     call = call_at(n)
     if local_increment(call) in fields:
         return True  # `positions.add_(1)`, `torch.add(positions, 1, out=positions)`
-    fn = resolve(call)
+    return call_advances(call, resolve(call), fields=fields, advancing=advancing, depth=depth, summaries=summaries)
+
+
+def call_advances(call: ast.Call, fn: FunctionInfo | None, *, fields: frozenset[str], advancing: frozenset[str],
+                  depth: int, summaries) -> bool:
+    """Whether a call (to `fn`, the project function it reaches, or None) advances one of
+    `fields`: an `advancing` function, or a project function that increments one itself or
+    through the helpers it calls (see `advances_fields`)."""
     if last_name(call.func) in advancing:
         # a project function of that name advances only if it touches the inputs: a
         # multi-module MTP shifts token ids between modules at the same positions
