@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates the bundled models (`invariant_check/models/`) from real vLLM releases.
+"""Generates the bundled models (`invariant_check/models/`) from real vLLM and SGLang releases.
 
 A model is what the analysis needs of an upstream module when neither the project nor the
 Python environment has it (a plugin linted in a venv without vLLM): the classes the rules rely
@@ -828,7 +828,7 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             engines["sglang"] = kept_engine(SGLANG, OUT, why)
             doing = "not checked" if args.check else "not regenerated"
-            print(f"gen_models: NOTE: the SGLang models (invariant_check/models/sglang) were {doing}, kept as checked in: no SGLang wheel ({why})", file=sys.stderr)
+            print(f"gen_models: NOTE: the SGLang models ({_shown(OUT / 'sglang')}) were {doing}, kept as checked in: no SGLang wheel ({why})", file=sys.stderr)
         else:
             engines["sglang"] = wheels
     try:
@@ -854,8 +854,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gen_models: cannot read a release: {exc}", file=sys.stderr)
         return 2
     said = ", ".join(f"{e['label']} {', '.join(e['releases'])}" for e in manifest["engines"].values())
-    print(f"gen_models: {len(manifest['modules'])} modules from {said} -> {OUT.relative_to(REPO)}")
+    print(f"gen_models: {len(manifest['modules'])} modules from {said} -> {_shown(OUT)}")
     return 0
+
+
+def _shown(path: Path) -> str:
+    return path.relative_to(REPO).as_posix() if path.is_relative_to(REPO) else str(path)
 
 
 def _differences(a: Path, b: Path) -> list[str]:
