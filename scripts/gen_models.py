@@ -54,10 +54,9 @@ import argparse
 import ast
 import fnmatch
 import hashlib
-import io
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -783,7 +782,7 @@ def find_sglang_wheel(version: str, cache: Path, download: bool = True) -> tuple
             done = subprocess.run(
                 [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", *SGLANG_WHEEL_TAGS,
                  "--disable-pip-version-check", "-q", "-d", tmp, f"sglang=={version}"],
-                capture_output=True, text=True, timeout=900,
+                capture_output=True, text=True, timeout=900, check=False,
             )
             got = sorted(Path(tmp).glob(f"sglang-{version}-*.whl"))
             if done.returncode != 0 or not got:
