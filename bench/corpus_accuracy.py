@@ -51,7 +51,13 @@ EXPECTED: dict[str, set[tuple[str, str, int]]] = {
         ("IC003", "vllm/model_executor/models/deepseek_mtp.py", 130),
     },
     "0.25.0": set(),
-    "0.33.0": set(),
+    "0.33.0": {
+        # the V1 draft loop rewrites the layout in place and rebuilds from it each step, the
+        # memo caches kept (findings 3); its kernel advances `seq_lens`, never the DCP
+        # lengths (findings 2)
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 672),
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 790),
+    },
 }
 
 # Findings beyond the listed sites that were read and judged real instances of the rule's
@@ -59,6 +65,7 @@ EXPECTED: dict[str, set[tuple[str, str, int]]] = {
 # expected too, and counted apart from the known sites.
 _EXTEND = "extend_all_queries_by_N: the copy advances seq_lens, not the CPU lengths / upper bound"
 _TREE = "propose_tree: the copy advances seq_lens, keeps max_seq_len (latent: tree attention recomputes it)"
+_LAYOUT = "a proposer's copy of the V1 draft loop: the layout rewritten in place, the memo caches kept (findings 3)"
 DEFENDED: dict[str, dict[tuple[str, str, int], str]] = {
     "0.13.0": {
         ("IC004", "vllm/v1/spec_decode/eagle.py", 760): _TREE,
@@ -78,7 +85,10 @@ DEFENDED: dict[str, dict[tuple[str, str, int], str]] = {
     },
     "0.24.0": {("IC004", "vllm/v1/spec_decode/utils.py", 295): _EXTEND},
     "0.25.0": {("IC004", "vllm/v1/spec_decode/utils.py", 295): _EXTEND},
-    "0.33.0": {("IC004", "vllm/v1/spec_decode/utils.py", 416): _EXTEND},
+    "0.33.0": {
+        ("IC004", "vllm/v1/spec_decode/utils.py", 416): _EXTEND,
+        ("IC004", "vllm/v1/spec_decode/step3p5.py", 375): _LAYOUT,
+    },
 }
 
 

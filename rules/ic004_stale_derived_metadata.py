@@ -79,17 +79,45 @@ class CommonAttentionMetadata:
 class StaleDerivedMetadata(Rule):
     """
     ## What it does
-    Flags a draft step that advances `seq_lens` (or `positions`) of a metadata object but
-    leaves a field derived from it in the same object behind: `max_seq_len`, the CPU shadow
-    `seq_lens_cpu` (`_seq_lens_cpu`), the upper bound `seq_lens_cpu_upper_bound`.
+    Flags a draft step that moves a field of a metadata object (`seq_lens`,
+    `query_start_loc`, `num_actual_tokens`, ...) but leaves a field derived from it in the
+    same object behind, and names each one: `max_seq_len`, the CPU shadow `_seq_lens_cpu`,
+    the upper bound `seq_lens_cpu_upper_bound`, the DCP lengths `dcp_local_seq_lens`, the
+    memo caches `_num_computed_tokens_cache` and `_token_to_req_indices_cache`, and whatever
+    field the code derives next.
+
+    **Which fields derive from which is learned from the code**, never listed by hand
+    (`invariant-check derivations` prints the table, each entry with the line that shows it):
+    - a *memo*: a method of the class tests `self._x`, fills it from other fields and returns
+      it once set (`compute_num_computed_tokens()`, a property caching `_seq_lens_cpu`). A memo
+      is exact: any change of a field it was filled from stales it, a decrement or a new
+      layout (`X.query_start_loc = ...`, `X.num_actual_tokens = n`) included;
+    - a field a constructor, a factory or a `replace(...)` sets from the value it gives
+      another (`seq_lens=s, max_seq_len=int(s.max())`, `dcp_local_seq_lens=` computed from
+      the `seq_lens` it is given), or a statement sets from another field of the object
+      (`md.max_seq_len = int(md.seq_lens.max())`, also in the class's own methods);
+    - a field the code advances together with another, by the same amount, in at least two
+      functions (`seq_lens_cpu_upper_bound += 1` with `seq_lens`).
+    These are kept as bounds by the code that maintains them: they go stale when their
+    source advances, not when it shrinks. The table starts from what
+    `scripts/gen_derivations.py` learned from vLLM 0.13.0-0.33.0 and SGLang 0.5.23 (shipped
+    with invariant-check), adds the memos and derivations of the object's own class (from the
+    project, the environment or the bundled models) and the configuration's
+    `derived-fields`.
 
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
     `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, or through one
     local: `new = X.seq_lens + k; X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`,
     `torch.clamp(X.seq_lens + k, max=m, out=X.seq_lens)`, a copy
     `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
-    and a new object built from the advanced value with the old derived values copied in
-    (`Cls(seq_lens=X.seq_lens + 1, max_seq_len=X.max_seq_len)`).
+    a new object built from the advanced value with the old derived values copied in
+    (`Cls(seq_lens=X.seq_lens + 1, max_seq_len=X.max_seq_len)`), and a call that writes the
+    tensor in place: a function of any module that advances its parameter, a `@triton.jit`
+    kernel that `tl.store`s its own load plus a positive amount through the pointer it is
+    given (`eagle_step_update_slot_mapping_and_metadata(seq_lens=md.seq_lens, ...)`, reached
+    through wrappers, launches `kernel[grid](...)` and dispatchers that name their kernel).
+    A field that is itself derived and that no draft step moves as a source (`max_seq_len`,
+    `_seq_lens_cpu`) is being brought along when it advances, not moved.
 
     ## Why is this bad?
     Attention backends size their work from the derived fields: FlashAttention passes
@@ -181,7 +209,14 @@ class StaleDerivedMetadata(Rule):
     the project is judged alone.
 
     A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
-    bounds: not a finding.
+    bounds: not a finding. It does stale a memo, and so does any other change of the layout
+    (`X.query_start_loc = ...`), where the object is handed on again in a loop after the
+    change (the draft steps that rebuild from it read what a reader cached before) or the
+    change is an advance. A memo counts as brought along when it is set to `None` (its method
+    fills it again) or filled anew; an update of it before the change counts only if no
+    reader had the object in between (a builder may have filled it there). A layout changed
+    once, outside any loop that reuses the object (a builder's own adjustment of its copy),
+    is left alone.
 
     ## Two decisions, checked on vLLM's release trees
     - **Tree drafting** (`propose_tree`, 0.13.0 to 0.20.0) advances `seq_lens` through
@@ -227,11 +262,13 @@ class StaleDerivedMetadata(Rule):
       for `dcp_local_seq_lens_cpu_upper_bound`, and `_seq_lens_cpu=None` where it exists.
 
     ## What it leaves to the runtime guard
-    Advances the source does not spell (a Triton kernel that writes `seq_lens` in place, as
-    `eagle_step_update_slot_mapping_and_metadata` does), objects whose class is not known,
-    updates in functions the linter cannot resolve, and whether a capped update is capped
-    right: the `metadata-coherence` runtime guard checks `max_seq_len >= max(seq_lens)` and
-    `seq_lens_cpu_upper_bound >= seq_lens` at every draft step's metadata build.
+    Writes through calls it cannot resolve (a compiled op, a kernel chosen at run time),
+    objects whose class is not known, updates in functions the linter cannot resolve,
+    whether a memo was filled at all before the change, and whether a capped update is
+    capped right: the `metadata-coherence` runtime guard checks `max_seq_len >= max(seq_lens)`
+    and `seq_lens_cpu_upper_bound >= seq_lens`, recomputes every memo that is set (learned
+    from the class the same way) and the DCP local lengths, at every draft step's metadata
+    build.
 
     ## Fix
     Unsafe (`--fix --unsafe-fixes`). After an advance in place, update statements go right after
@@ -241,24 +278,27 @@ class StaleDerivedMetadata(Rule):
     `X.max_seq_len += k`; `if X.seq_lens_cpu_upper_bound is not None: X.seq_lens_cpu_upper_bound += k`;
     `X._seq_lens_cpu = None` (its property recomputes it from the lengths). For a copy, the same
     values join the same `replace(...)` as keywords (`_seq_lens_cpu=None`,
-    `seq_lens_cpu_upper_bound=... + k if ... is not None else None`). No fix when the advance is
-    in a helper whose callers must finish the step (the update belongs in them), when a stale
-    field is not one of these three (`slot_mapping`, fields added in `derived-fields`), or when
-    the amount is not spelled at the advance.
+    `seq_lens_cpu_upper_bound=... + k if ... is not None else None`). A stale memo is reset:
+    `X._token_to_req_indices_cache = None` after the change (`=None` in a copy); its method
+    fills it again from the new fields. No fix when the advance is in a helper whose callers
+    must finish the step (the update belongs in them), when several fields change together
+    (the layout of a draft batch: the reset belongs after the last of them), when a stale
+    field must be recomputed from what the step does not have (`dcp_local_seq_lens` needs the
+    DCP rank and world size; `slot_mapping`; fields added in `derived-fields`), or when the
+    amount is not spelled at the advance.
 
     ## Options
-    - `derived-fields` (table of lists): each advanced field and the fields derived from it.
-      Default `seq_lens = ["max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound"]`,
-      `positions = ["slot_mapping"]`; a table set in the configuration replaces this one
-      whole. Not derived by default: `num_computed_tokens_cpu`
-      (a draft step that extends queries keeps it), `dcp_local_seq_lens` (add it where
-      decode context parallelism runs draft steps).
+    - `derived-fields` (table of lists): fields derived from each advanced field, added to
+      what is learned from the code (`seq_lens = ["num_context_tokens"]`). Default: empty;
+      nothing learned is ever removed by it. The learned table's sources decide what the
+      prefilter looks for: a project class whose memo reads a field no release's memo reads
+      is checked where that field advances, or with this option naming it.
     - `helper-depth` (default 4): how many calls deep updates in helpers are looked for.
     """
 
     CODE = "IC004"
     NAME = "stale-derived-metadata"
-    SUMMARY = "A draft step advances `seq_lens` but a field derived from it keeps its old value."
+    SUMMARY = "A draft step moves `seq_lens` (or another field) but a field derived from it keeps its old value."
     HINT = (
         "Advance the derived fields in the same step: "
         "`X.max_seq_len = min(X.max_seq_len + k, self.max_model_len)`, "
@@ -496,20 +536,24 @@ def draft(self, md: CommonAttentionMetadata):
 """,
             files={"metadata.py": _METADATA},
         ),
-        # A shallow copy advanced with every derived field.
+        # A shallow copy advanced with every derived field vLLM's class has: the memo of the
+        # computed tokens dropped (its method fills it again), the DCP lengths recomputed.
         Valid(
             """
 import copy
 
-from vllm.v1.attention.backends.utils import CommonAttentionMetadata
+from vllm.v1.attention.backends.utils import CommonAttentionMetadata, get_dcp_local_seq_lens
 
 
-def next_step(common_attn_metadata: CommonAttentionMetadata, cap: int):
+def next_step(common_attn_metadata: CommonAttentionMetadata, cap: int, dcp_size: int, dcp_rank: int):
     cad = copy.copy(common_attn_metadata)
     cad.seq_lens = common_attn_metadata.seq_lens + 1
     cad.max_seq_len = min(common_attn_metadata.max_seq_len + 1, cap)
     if cad.seq_lens_cpu_upper_bound is not None:
         cad.seq_lens_cpu_upper_bound = cad.seq_lens_cpu_upper_bound + 1
+    cad._num_computed_tokens_cache = None
+    if cad.dcp_local_seq_lens is not None:
+        cad.dcp_local_seq_lens = get_dcp_local_seq_lens(cad.seq_lens, dcp_size, dcp_rank)
     return cad
 """
         ),
@@ -566,7 +610,7 @@ def step(self, common_attn_metadata: CommonAttentionMetadata):
         self.run_model(cad)
 """,
             line=6,
-            message_contains="`max_seq_len`, `seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
+            message_contains="`_seq_lens_cpu`, `max_seq_len`, `seq_lens_cpu_upper_bound`",
             files={"metadata.py": _METADATA},
         ),
         # The maximum is updated only under a narrower condition than the advance.
@@ -717,17 +761,32 @@ def step(self, md: CommonAttentionMetadata, capped):
             line=4,
             files={"metadata.py": _METADATA},
         ),
-        # Positions advanced; the slot mapping derived from them is not recomputed.
+        # A field no release has: the class's own method computes `num_context_tokens` from
+        # `seq_lens`, and the step advances `seq_lens` alone (learned from the class: no
+        # configuration).
         Invalid(
             """
-from .metadata import CommonAttentionMetadata
+from .metadata import DraftMetadata
 
-def move(md: CommonAttentionMetadata):
-    md.positions += 1
+def step(md: DraftMetadata):
+    md.seq_lens += 1
 """,
             line=4,
-            message_contains="`slot_mapping`",
-            files={"metadata.py": _METADATA},
+            message_contains="`num_context_tokens`",
+            files={
+                "metadata.py": """
+from dataclasses import dataclass
+
+
+@dataclass
+class DraftMetadata:
+    seq_lens: "torch.Tensor"
+    num_context_tokens: int = 0
+
+    def refresh(self):
+        self.num_context_tokens = int(self.seq_lens.sum())
+"""
+            },
         ),
         # The helper of another module updates the maximum only under a flag.
         Invalid(
@@ -860,7 +919,7 @@ class Drafter:
             self.run_model(md)
 """,
             line=11,
-            message_contains="`seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
+            message_contains="`_seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
             files={"metadata.py": _METADATA},
         ),
         # One entry of a per-layer dict, typed by the dict's annotation.
@@ -1005,7 +1064,7 @@ def next_step(prev: CommonAttentionMetadata):
         has_self = args is not None and any(a.arg == "self" for a in args.posonlyargs + args.args)
         # the cap as the function can spell it: vLLM proposers keep it on `self`
         cap = "self.max_model_len" if has_self else "max_model_len"
-        return Report(node, message, _hint(write, spelled, stale, amount, cap), data)
+        return Report(node, message, _hint(write, spelled, stale, amount, cap, set(memos), evidence or {}), data)
 
     def fix(self, report: Report, view: FunctionView) -> Fix | None:
         from ._fixes import ic004
@@ -1057,11 +1116,13 @@ def _advances(func: ast.AST, aliases: dict[str, str], table: Table) -> Iterator[
 
 
 def _source_write(w: FieldWrite, table: Table) -> bool:
-    """An advance of a field something derives from, or any write of a field a memo reads."""
+    """An advance of a field something derives from, or any write of a field a memo reads. A
+    field that is itself derived (`_seq_lens_cpu`, `max_seq_len`) and that no draft step moves
+    as a source is being brought along, not moved: its own advance is the catch-up."""
+    names = {w.field, variant_of(w.field)}
     if w.sign == 1:
-        return w.field in table.sources() or variant_of(w.field) in table.sources()
-    exact = table.exact_sources()
-    return w.field in exact or variant_of(w.field) in exact
+        return bool(names & table.sources()) and (bool(names & table.moving_sources()) or not (names & table.derived_fields()))
+    return bool(names & table.exact_sources())
 
 
 def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str, str], table: Table, depth: int) -> Iterator[tuple[FieldWrite, ast.AST]]:
@@ -1487,23 +1548,36 @@ def _wrap(amount: str) -> str:
     return amount if re.fullmatch(r"[\w.]+", amount) else f"({amount})"
 
 
-def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: str = "self.max_model_len") -> str:
+def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: str = "self.max_model_len",
+          memos: set[str] | frozenset[str] = frozenset(), evidence: dict[str, Derivation] | None = None) -> str:
     x, k = spelled, _wrap(amount)
+    evidence = evidence or {}
+
+    def recompute(d: str) -> str:
+        e = evidence.get(d)
+        how = f" (as {e.how.split(' sets it')[0]} does)" if e is not None and e.kind == "built" and " sets it" in e.how else ""
+        return f"recompute `{x}.{d}` from the new {', '.join(f'`{s}`' for s in (e.sources if e else (write.field,)))}{how}"
+
     if write.kind == "new":
         parts = []
         for d in stale:
-            if d == "max_seq_len":
+            if d in memos:
+                parts.append(f"`{d}=None` (its method fills it again from the new fields)")
+            elif d == "max_seq_len":
                 parts.append(f"`max_seq_len={x}.max_seq_len + {k}`")
             elif d.lstrip("_") == "seq_lens_cpu":
                 parts.append(f"`{d if d.startswith('_') else '_' + d}=None` (recomputed from `seq_lens` on first use)")
             elif d.endswith("upper_bound"):
                 parts.append(f"`{d}={x}.{d} + {k} if {x}.{d} is not None else None`")
             else:
-                parts.append(f"`{d}=` a value recomputed from the new `{write.field}`")
+                sources = evidence[d].sources if d in evidence else (write.field,)
+                parts.append(f"`{d}=` a value recomputed from the new {', '.join(f'`{s}`' for s in sources)}")
         return f"Pass the derived fields to the same `{last_name(write.node.func)}(...)`: " + ", ".join(parts) + "."
     parts = []
     for d in stale:
-        if d == "max_seq_len":
+        if d in memos:
+            parts.append(f"`{x}.{d} = None` once the layout has changed (its method fills it again from the new fields)")
+        elif d == "max_seq_len":
             parts.append(f"`{x}.max_seq_len = min({x}.max_seq_len + {k}, {cap})` (an upper bound may stay above the capped lengths)")
         elif d.lstrip("_") == "seq_lens_cpu":
             shadow = "_seq_lens_cpu"
@@ -1511,8 +1585,8 @@ def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: s
         elif d.endswith("upper_bound"):
             parts.append(f"`if {x}.{d} is not None: {x}.{d} += {k}`")
         else:
-            parts.append(f"recompute `{x}.{d}` from the new `{write.field}`")
-    return "Update them in the same draft step, next to the advance: " + "; ".join(parts) + "."
+            parts.append(recompute(d))
+    return "Update them in the same draft step, next to the change: " + "; ".join(parts) + "."
 
 
 __all__ = ["StaleDerivedMetadata", "FieldMap"]

@@ -3,7 +3,7 @@
 `invariant_check/learned/DERIVATIONS.json`, the table the analysis starts from when the
 linted project does not show a derivation itself (see `invariant_check/analysis/derivations.py`).
 
-Every module of every release is read; a derivation is kept when the field and a source are
+Every module of every release is read (not the package's own tests); a derivation is kept when the field and a source are
 both data of one class of that release (a dataclass field, a class attribute, `self.x = ...`
 in a method), and, for `built` and `advanced-with` evidence, when at least two different
 functions show it (over all releases: one function that happens to compute one keyword from
@@ -27,21 +27,25 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from gen_models import _version_key, read_release  # noqa: E402
+from gen_models import SGLANG_RELEASES, _version_key, default_wheel_cache, find_sglang_wheel, read_release  # noqa: E402
 
 from invariant_check.analysis import derivations as D  # noqa: E402
 
 OUT = REPO / "invariant_check" / "learned" / "DERIVATIONS.json"
 MIN_FUNCTIONS = 2
+TESTS = {"test", "tests", "testing"}
 
 
-def _learn_release(source: Path) -> tuple[str, list[dict], list[list[str]], list[str]]:
+def _learn_release(job: tuple[Path, str]) -> tuple[str, list[dict], list[list[str]], list[str]]:
     """(version, derivations found, declared fields of each class, fields some code advances)."""
-    version, files = read_release(source)
+    source, package = job
+    version, files = read_release(source, package)
     found: list[dict] = []
     classes: list[list[str]] = []
     advanced: set[str] = set()
     for rel, data in sorted(files.items()):
+        if TESTS & set(rel.split("/")[:-1]):
+            continue  # a package's own tests build objects to exercise them, not by its rules
         try:
             tree = ast.parse(data)
         except (SyntaxError, ValueError):
@@ -64,9 +68,9 @@ def _function(d: dict) -> str:
     return d["where"].rsplit(":", 1)[0] + "::" + d.get("function", "")
 
 
-def generate(sources: list[Path]) -> dict:
+def generate(sources: list[Path], package: str = "vllm") -> dict:
     with ProcessPoolExecutor(max_workers=2) as pool:
-        results = list(pool.map(_learn_release, sources))
+        results = list(pool.map(_learn_release, [(s, package) for s in sources]))
     releases = sorted((r[0] for r in results), key=_version_key)
     advanced = set().union(*(set(r[3]) for r in results))
     # the metadata classes: data classes (declared fields) holding a field some code advances
@@ -111,23 +115,46 @@ def generate(sources: list[Path]) -> dict:
             "field": field,
             "sources": [source],
             "kind": kind,
-            "where": f"vllm {version} {first['where']}",
+            "where": f"{package} {version} {first['where']}",
             "how": first["how"] + (f" (and {more} other function{'s' if more > 1 else ''})" if more else ""),
             "releases": f"{rs[0]}-{rs[-1]}" if len(rs) > 1 else rs[0],
         })
-    return {"generated-from": [f"vllm {v}" for v in releases], "derivations": out}
+    for d in out:
+        d["engine"] = package
+    return {"generated-from": [f"{package} {v}" for v in releases], "derivations": out}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", nargs="*", type=Path, help="release tarballs or unpacked release folders")
+    ap.add_argument("--source", nargs="*", type=Path, help="vLLM release tarballs or unpacked release folders")
+    ap.add_argument("--sglang-wheel", nargs="*", type=Path, help="SGLang wheels (default: as scripts/gen_models.py finds them)")
+    ap.add_argument("--no-download", action="store_true", help="never run pip download for the SGLang wheel")
     ap.add_argument("--check", action="store_true", help="exit 1 when the checked-in table differs from a fresh one")
     args = ap.parse_args(argv)
     sources = args.source or sorted((REPO.parent / "shared" / "corpus").glob("vllm-*.tar.xz"))
     if not sources:
         print("gen_derivations: no release sources (../shared/corpus/vllm-*.tar.xz or --source)", file=sys.stderr)
         return 2
-    text = json.dumps(generate(sources), indent=1, sort_keys=True) + "\n"
+    table = generate(sources, "vllm")
+    wheels = list(args.sglang_wheel or [])
+    why = ""
+    if not wheels:
+        for version in SGLANG_RELEASES:
+            wheel, why = find_sglang_wheel(version, default_wheel_cache(), not args.no_download)
+            if wheel is None:
+                break
+            wheels.append(wheel)
+    if wheels and not why:
+        sglang = generate(wheels, "sglang")
+    else:
+        # keep what the checked-in table learned from SGLang (as gen_models keeps its models)
+        old = json.loads(OUT.read_text(encoding="utf-8")) if OUT.exists() else {}
+        sglang = {"generated-from": [g for g in old.get("generated-from", []) if g.startswith("sglang")],
+                  "derivations": [d for d in old.get("derivations", []) if d.get("engine") == "sglang"]}
+        print(f"gen_derivations: NOTE: the SGLang part was {'not checked' if args.check else 'not regenerated'}, kept as checked in: {why}", file=sys.stderr)
+    table["generated-from"] += sglang["generated-from"]
+    table["derivations"] += sglang["derivations"]
+    text = json.dumps(table, indent=1, sort_keys=True) + "\n"
     if args.check:
         if not OUT.exists() or OUT.read_text(encoding="utf-8") != text:
             print("gen_derivations: the learned table is stale; run scripts/gen_derivations.py", file=sys.stderr)
@@ -136,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(text, encoding="utf-8")
-    print(f"gen_derivations: {len(json.loads(text)['derivations'])} derivations from {len(sources)} releases -> {OUT.relative_to(REPO)}")
+    print(f"gen_derivations: {len(table['derivations'])} derivations from {', '.join(table['generated-from'])} -> {OUT.relative_to(REPO)}")
     return 0
 
 

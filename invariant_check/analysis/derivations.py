@@ -564,6 +564,9 @@ class Table:
     def exact_sources(self) -> set[str]:
         return {s for s, ds in self._by_source.items() if any(d.exact for d in ds)}
 
+    def derived_fields(self) -> set[str]:
+        return {d.field for d in self.all}
+
     def moving_sources(self) -> set[str]:
         """Sources a write through a call can matter for: those a memo reads, and those the
         code advances with other fields (what draft steps move: `seq_lens`, ...)."""

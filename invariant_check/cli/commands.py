@@ -313,10 +313,12 @@ def derivations(paths, class_name, fmt):
 
 
 def _derivations(paths, class_name, fmt):
-    from .derivations import run
+    from .derivations import InputError, run
 
-    rows = run(paths, class_name, fmt)
-    sys.exit(EXIT_CLEAN if rows or not class_name else EXIT_FINDINGS)
+    try:
+        run(paths, class_name, fmt)
+    except InputError as exc:
+        _fail(str(exc))
 
 
 @main.command()

@@ -12,6 +12,10 @@ import click
 from ..analysis import derivations as D
 
 
+class InputError(ValueError):
+    """An input the command cannot read: one line, exit 2."""
+
+
 def _python_files(paths: list[str]) -> list[Path]:
     out: list[Path] = []
     for raw in paths:
@@ -21,7 +25,7 @@ def _python_files(paths: list[str]) -> list[Path]:
         elif p.exists():
             out.append(p)
         else:
-            raise click.ClickException(f"{raw}: no such file or folder")
+            raise InputError(f"{raw}: no such file or folder")
     return out
 
 
@@ -50,7 +54,7 @@ def run(paths: list[str], class_name: str | None, fmt: str, extra: dict[str, lis
     rows = table.all
     if class_name:
         if fields is None and paths:
-            raise click.ClickException(f"class {class_name!r} is not defined in {', '.join(paths)}")
+            raise InputError(f"class {class_name!r} is not defined in {', '.join(paths)}")
         if fields is None:
             # no files: the class as the releases' evidence names it, or any class holding both
             rows = [d for d in rows if d.owner in (class_name, None)]
