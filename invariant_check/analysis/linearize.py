@@ -9,7 +9,8 @@ falls back to another order instead of failing.
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence, TypeVar
+from collections.abc import Hashable, Sequence
+from typing import TypeVar
 
 K = TypeVar("K", bound=Hashable)
 

@@ -478,7 +478,7 @@ class FunctionInfo:
 _OBJECT = ("builtins.object",)
 
 
-def _leaf_key(owner: "ClassInfo", index: int, base: Symbol) -> object:
+def _leaf_key(owner: ClassInfo, index: int, base: Symbol) -> object:
     """The key of a base whose own bases are unknown. An external class is one object
     whoever names it (`torch.nn.Module`); an unbound name is taken to be one object within
     the module that spells it; a base with no spelling (`class A(make())`) is its own."""
