@@ -6,8 +6,6 @@ from typing import Any, Iterator
 from invariant_check.analysis.consumption import Use, other_entries
 from invariant_check.analysis.facts import ref
 from invariant_check.analysis.needs import (
-    LAST_INDEX,
-    NEXT_OF_ITER,
     TYPE_CALL,
     AfterLoop,
     All,
@@ -20,7 +18,7 @@ from invariant_check.analysis.needs import (
     Any as AnyOf,
 )
 from invariant_check.analysis.source import one_line
-from invariant_check.analysis.values import COMPREHENSIONS, FIRST_INDEX, POP_CALL, STAR_TARGET, OneEntry, Produced, picked
+from invariant_check.analysis.values import COMPREHENSIONS, ONE_ENTRY_SHAPES, OneEntry, PickedInto, Produced, picked
 from invariant_check.analysis.values import Finding as ValueFinding
 from invariant_check.analysis.views import FunctionView
 from invariant_check.api.rule import Report, Rule
@@ -843,6 +841,10 @@ class Proposer:
     def needs(cls, options: dict[str, Any]):
         md, types = _matchers(options)
         type_check = All(types, TYPE_CALL)
+        # `_relevant` takes a finding whose checked name, the local name it went through
+        # (`via`), or collection looks like metadata, or whose check names a metadata type:
+        # each origin below appears once per way it can be relevant
+        one_entry = AnyOf(*ONE_ENTRY_SHAPES)
         return AnyOf(
             # a metadata name a loop leaves behind, checked any way
             LoopLeftover(md),
@@ -853,9 +855,13 @@ class Proposer:
             # a metadata name bound (from a call whose function returns its loop's last
             # value, or by a comprehension's walrus) and checked against a metadata type
             All(bound(md), type_check),
-            # one entry picked out of a metadata collection, or checked against a type
+            # one entry picked out of a metadata collection
             picked(md),
-            All(type_check, AnyOf(LAST_INDEX, NEXT_OF_ITER, FIRST_INDEX, POP_CALL, STAR_TARGET)),
+            # one entry of any collection, bound to a metadata name by the statement that
+            # picks it (`md, *_ = build()`, `md = next(iter(d.values()))`) ...
+            All(PickedInto(md), one_entry),
+            # ... or checked against a metadata type
+            All(type_check, one_entry),
         )
 
     def __init__(self, options: dict[str, Any]) -> None:

@@ -62,8 +62,11 @@ class ReuseModeWithoutCompactionMethod(Rule):
     environment, then the bundled models of vLLM's classes
     (`invariant-check lint -v` says which source answered): a plugin's predictor that
     subclasses vLLM's `DeepSeekMultiTokenPredictor` inherits its compaction. Members include
-    methods and class attributes of the class and of every resolved ancestor, and methods
-    defined on every branch of a class-body `if`/`try` (`if HAS_KERNEL: def ...` /
+    methods and class attributes of the class and of every resolved ancestor, looked up in
+    Python's order (the C3 linearization of `__mro__`: in a diamond `class P(Left, Right)` with
+    `Left(Base)` and `Right(Base)`, `Right`'s member comes before `Base`'s; two classes that
+    share a name are two classes; an alias names the class it is bound to; where Python would
+    reject the hierarchy, the order is depth first), and methods defined on every branch of a class-body `if`/`try` (`if HAS_KERNEL: def ...` /
     `else: def ...`; a definition on some branches only is not enough). A base outside the
     project that is listed in `external-bases` is known not to provide the method, and so is
     a class from a module of the vLLM releases modelled (0.13.0 to 0.33.0) that the bundled
@@ -358,6 +361,103 @@ class GraphModeWrapper:
         self.mode = skip
 """
         ),
+        # Members are looked up in Python's order (C3, `__mro__`): in this diamond the mixin
+        # comes before the base both sides share, so its compaction overrides the base's stub
+        # (a depth-first walk would reach `Base`'s stub first).
+        Valid(
+            """
+import torch.nn as nn
+
+class Base(nn.Module):
+    def set_skip_topk(self, skip: bool) -> None: ...
+    def compact_topk_indices(self, slot_ids) -> None: ...
+
+class Left(Base):
+    pass
+
+class CompactingMixin(Base):
+    def compact_topk_indices(self, slot_ids):
+        buf = self.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+class Predictor(Left, CompactingMixin):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+"""
+        ),
+        # The same diamond with the shared base spelled through an alias (`ModelBase = _Base`
+        # re-exported by another module): one class, so the mixin still comes first.
+        Valid(
+            """
+from .base import Base
+from .compat import ModelBase
+
+class Left(Base):
+    pass
+
+class Right(ModelBase):
+    def compact_topk_indices(self, slot_ids):
+        buf = self.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+class Predictor(Left, Right):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            files={
+                "base.py": """
+import torch.nn as nn
+
+class Base(nn.Module):
+    def set_skip_topk(self, skip: bool) -> None: ...
+    def compact_topk_indices(self, slot_ids) -> None: ...
+""",
+                "compat.py": """
+from .base import Base as _Base
+
+ModelBase = _Base
+""",
+            },
+        ),
+        # A diamond whose mixin names the shared base through its module, beside an unrelated
+        # class of the same name: the base is the class the import names, shared by both sides.
+        Valid(
+            """
+from .interfaces import TopkReuse
+from .kernels import CompactingReuse
+
+class Left(TopkReuse):
+    pass
+
+class Predictor(Left, CompactingReuse):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            files={
+                "interfaces.py": """
+import torch.nn as nn
+
+class TopkReuse(nn.Module):
+    def compact_topk_indices(self, slot_ids):
+        raise NotImplementedError
+""",
+                "kernels.py": """
+import torch.nn as nn
+from . import interfaces
+
+class TopkReuse(nn.Module):
+    pass
+
+class CompactingReuse(interfaces.TopkReuse):
+    def compact_topk_indices(self, slot_ids):
+        buf = self.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+""",
+            },
+        ),
     ]
     INVALID = [
         Invalid(
@@ -562,6 +662,67 @@ class Predictor(IndexReuse):
             layer.indexer.skip_topk = skip
 """,
             line=7,
+        ),
+        # C3 again: the right-hand mixin's stub comes before the real compaction of the base
+        # both sides share, and it is the one Python calls (depth first would find `Base`'s).
+        Invalid(
+            """
+import torch.nn as nn
+
+class Base(nn.Module):
+    def compact_topk_indices(self, slot_ids):
+        buf = self.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+class Left(Base):
+    pass
+
+class NoCompaction(Base):
+    def compact_topk_indices(self, slot_ids):
+        \"\"\"This backend keeps one row per token.\"\"\"
+
+class Predictor(Left, NoCompaction):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=15,
+            message_contains="`NoCompaction`'s",
+        ),
+        # Two different bases that share a name are two classes, not a diamond: `Left`'s base
+        # (a stub) comes before `Right`, whose base of the same name has the compaction.
+        Invalid(
+            """
+from .interfaces import TopkReuse
+from . import kernels
+
+class Left(TopkReuse):
+    pass
+
+class Right(kernels.TopkReuse):
+    pass
+
+class Predictor(Left, Right):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=10,
+            files={
+                "interfaces.py": """
+class TopkReuse:
+    def compact_topk_indices(self, slot_ids):
+        raise NotImplementedError
+""",
+                "kernels.py": """
+import torch.nn as nn
+
+class TopkReuse(nn.Module):
+    def compact_topk_indices(self, slot_ids):
+        buf = self.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+""",
+            },
         ),
     ]
 

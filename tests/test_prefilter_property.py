@@ -77,6 +77,26 @@ def test_switch_bound_as_a_class_attribute(tmp_path):
     assert found == lint(tmp_path, prefilter=False)
 
 
+def test_one_entry_of_a_call_bound_to_a_metadata_name(tmp_path):
+    """The pick's collection names no metadata and the check names no type: the finding is
+    relevant by the local name the entry is bound to (issue 22: a unit test of a plugin,
+    `md, *_ = proposer.prepare_inputs_padded(...)` then `assert md.seq_lens_cpu is None`)."""
+    write(tmp_path, {"m.py": """
+        def test_prepared(proposer, cad):
+            spec_attn_metadata, *_ = proposer.prepare_inputs(cad)
+            assert spec_attn_metadata.seq_lens_cpu is None
+
+        def first_group(self, cad):
+            attn_metadata = next(iter(self.build_all(cad).values()))
+            if attn_metadata.seq_lens is None:
+                raise ValueError("no lengths")
+            return self.run_model(self.build_all(cad))
+    """})
+    found = lint(tmp_path, prefilter=True)
+    assert [(p, line, rule) for p, line, _, rule, _ in found] == [("m.py", 3, "IC001"), ("m.py", 7, "IC001")]
+    assert found == lint(tmp_path, prefilter=False)
+
+
 # -- generated projects ---------------------------------------------------------------------------
 
 NAMES = st.sampled_from(["attn_metadata", "md", "group_md", "AttnMetaData", "state", "built", "plan", "x"])
@@ -115,8 +135,9 @@ def one_entry(draw) -> str:
     pick = draw(st.sampled_from([
         f"{coll}[names[-1]]", f"list({coll}.values())[-1]", f"next(iter({coll}.values()))",
         f"next(reversed({coll}))", f"{coll}[0]", f"list({coll}.values())[0]", f"{coll}[names[0]]",
-        f"{coll}.popitem()[1]", f"{coll}.pop()",
+        f"{coll}.popitem()[1]", f"{coll}.pop()", "next(iter(self.build_all(names).values()))",
     ]))
+    local = draw(NAMES)
     use = draw(st.sampled_from([
         f"assert isinstance({pick}, {draw(TYPES)})",
         f"first = {pick}\n    assert isinstance(first, {draw(TYPES)})",
@@ -124,6 +145,10 @@ def one_entry(draw) -> str:
         f"if isinstance(first := {pick}, {draw(TYPES)}):\n        return first",
         f"*_, first = {coll}.values()\n    assert isinstance(first, {draw(TYPES)})",
         f"_, first = {coll}.popitem()\n    assert isinstance(first, {draw(TYPES)})",
+        # the entry bound to a local name and checked any way: relevant by that name alone
+        f"{local} = {pick}\n    assert {local}.seq_lens is not None",
+        f"{local}, *_ = {draw(st.sampled_from([coll, f'{coll}.values()', 'self.build_all(names)']))}\n    assert {local}.seq_lens is not None",
+        f"*_, {local} = self.build_all(names).values()\n    if {local} is None:\n        raise ValueError('x')",
     ]))
     # what follows the check decides whether the other entries are used after it
     tail = draw(st.sampled_from(["", f"\n    return {coll}", "\n    return first.seq_lens", f"\n    for md in {coll}.values():\n        assert isinstance(md, int)"]))
@@ -289,3 +314,42 @@ def test_outside_modules_same_findings_with_and_without_prefilter(parts):
             found.append(sorted((f.path, f.line, f.rule, f.message) for f in result.findings) + [e.message for e in result.errors])
         assert found[0] == found[1]
         assert not any(isinstance(x, str) for x in found[0]), found[0]
+
+
+# -- the statements a need reads --------------------------------------------------------------------
+
+
+def test_statement_starts_never_cut_a_logical_line():
+    """`statement_starts` (what `PickedInto` reads a binding's statement by) splits only where
+    Python's tokenizer ends a logical line or between blank and comment lines: never inside
+    a statement, whatever strings, comments, brackets and continuations it holds. Checked on
+    this project's own sources (docstrings, regexes, f-strings)."""
+    import io
+    import tokenize
+
+    from invariant_check.analysis.values import statement_starts
+
+    root = Path(__file__).resolve().parent.parent / "invariant_check" / "analysis"
+    checked = 0
+    for path in sorted(root.glob("*.py")):
+        text = path.read_text()
+        offsets = [0]
+        for line in text.splitlines(keepends=True):
+            offsets.append(offsets[-1] + len(line))
+        inside: list[tuple[int, int]] = []  # (first token, end) of each logical line
+        first = None
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+            at = offsets[tok.start[0] - 1] + tok.start[1]
+            if tok.type in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING):
+                continue
+            if tok.type == tokenize.NEWLINE or tok.string == ";":
+                if first is not None:
+                    inside.append((first, offsets[tok.end[0] - 1] + tok.end[1]))
+                first = None
+            elif first is None:
+                first = at
+        starts = statement_starts(text, 0, len(text))
+        for s in starts:
+            assert not any(a < s < b for a, b in inside), (path.name, text[max(0, s - 40) : s + 40])
+        checked += len(starts)
+    assert checked > 1000

@@ -26,6 +26,7 @@ from typing import Callable, Iterable, Iterator
 from . import facts as F
 from .deps import Tracker
 from .environment import Environment
+from .linearize import c3_merge
 from .outline import (
     CLASS,
     DEF,
@@ -473,6 +474,23 @@ class FunctionInfo:
         )
 
 
+# the key of `object` in a linearization: the implicit last base of every class
+_OBJECT = ("builtins.object",)
+
+
+def _leaf_key(owner: ClassInfo, index: int, base: Symbol) -> object:
+    """The key of a base whose own bases are unknown. An external class is one object
+    whoever names it (`torch.nn.Module`); an unbound name is taken to be one object within
+    the module that spells it; a base with no spelling (`class A(make())`) is its own."""
+    if base.kind == "external" and base.name == "builtins.object":
+        return _OBJECT
+    if base.kind == "unknown":
+        if base.name == "?" or base.module is None:
+            return ("?", owner.name, index)
+        return ("?", base.module.name, base.name)
+    return (base.kind, base.name)
+
+
 class ClassInfo:
     def __init__(self, project: "Project", module: Module, facts: F.ClassFacts) -> None:
         self.project = project
@@ -507,32 +525,83 @@ class ClassInfo:
         return list(self.facts.bases)
 
     def mro(self) -> list[Symbol]:
-        """This class and its ancestors, depth first, left to right, each once; bases that
-        cannot be resolved appear as external/unknown symbols (they end a branch)."""
+        """This class and its ancestors in Python's order (C3 linearization, `__mro__`).
+        Bases that cannot be resolved (external or unknown symbols) are leaves: their own
+        bases are not known. Where Python would raise `TypeError` (an inconsistent hierarchy,
+        a duplicate base, a cycle the source spells), or the hierarchy is deeper than
+        `MAX_DEPTH`, the order falls back to depth first, left to right, each class once."""
         return self.project.tracker.memo(self._memo, "mro", self._compute_mro)
 
     def _compute_mro(self) -> list[Symbol]:
-        if True:
-            out: list[Symbol] = []
-            seen: set[str] = set()
+        symbols: dict[object, Symbol] = {}
+        keys = self._c3(frozenset(), {}, symbols)
+        if keys is None:
+            return self._depth_first()
+        out: list[Symbol] = []
+        anonymous = False
+        for key in keys:
+            if key == _OBJECT:
+                continue  # implicit at the end of every MRO; listed below where spelled
+            sym = symbols[key]
+            if sym.kind == "unknown" and sym.name == "?":
+                if anonymous:
+                    continue
+                anonymous = True
+            out.append(sym)
+        if _OBJECT in symbols:
+            out.append(symbols[_OBJECT])  # a base spelled `object`: last, as in `__mro__`
+        return out
 
-            def walk(info: ClassInfo, depth: int) -> None:
-                key = info.name
-                if key in seen or depth > MAX_DEPTH:
-                    return
-                seen.add(key)
-                out.append(info.symbol())
-                for base in info.bases():
-                    if base.kind == "class":
-                        sub = self.project.class_of(base)
-                        if sub is not None:
-                            walk(sub, depth + 1)
-                            continue
-                    if base.name not in seen:
-                        seen.add(base.name)
-                        out.append(base)
+    def _c3(self, active: frozenset[str], done: dict[str, list], symbols: dict[object, Symbol]) -> list | None:
+        """The keys of this class's linearization, or None where there is none (see `mro`).
+        `active`: the classes whose linearization is being built (a cycle); `done`: the
+        linearizations built so far in this computation."""
+        if self.name in done:
+            return done[self.name]
+        if self.name in active or len(active) >= MAX_DEPTH:
+            return None
+        symbols.setdefault(self.name, self.symbol())
+        inner = active | {self.name}
+        seqs: list[list] = []
+        for i, base in enumerate(self.bases()):
+            sub = self.project.class_of(base) if base.kind == "class" else None
+            if sub is not None:
+                lin = sub._c3(inner, done, symbols)
+                if lin is None:
+                    return None
+            else:
+                key = _leaf_key(self, i, base)
+                symbols.setdefault(key, base)  # `_OBJECT` only where a base spells it
+                lin = [key] if key == _OBJECT else [key, _OBJECT]
+            seqs.append(lin)
+        heads = [lin[0] for lin in seqs] or [_OBJECT]
+        merged = c3_merge(seqs + [heads])
+        if merged is None:
+            return None
+        done[self.name] = [self.name] + merged
+        return done[self.name]
 
-            walk(self, 0)
+    def _depth_first(self) -> list[Symbol]:
+        out: list[Symbol] = []
+        seen: set[str] = set()
+
+        def walk(info: ClassInfo, depth: int) -> None:
+            key = info.name
+            if key in seen or depth > MAX_DEPTH:
+                return
+            seen.add(key)
+            out.append(info.symbol())
+            for base in info.bases():
+                if base.kind == "class":
+                    sub = self.project.class_of(base)
+                    if sub is not None:
+                        walk(sub, depth + 1)
+                        continue
+                if base.name not in seen:
+                    seen.add(base.name)
+                    out.append(base)
+
+        walk(self, 0)
         return out
 
     def classes(self) -> list["ClassInfo"]:

@@ -25,12 +25,13 @@ says which, from the project's summaries).
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 from .facts import FUNCS, pattern_names, ref
-from .needs import Around, Names, Pattern
+from .needs import LAST_INDEX, NEXT_OF_ITER, Around, Names, Pattern, bound
 from .singletons import collection as _collection
 from .singletons import guarantee_of, one_element, source
 
@@ -715,3 +716,75 @@ def picked(names: Names) -> Around:
     `unpacked_entries` read (a superset: `d[10]` passes too)."""
     return Around(names, after=_PICK_AFTER, before=_PICK_BEFORE, before_words=("next", "*"),
                   describe=f"one entry of {names.describe()}")
+
+ONE_ENTRY_SHAPES = (LAST_INDEX, NEXT_OF_ITER, FIRST_INDEX, POP_CALL, STAR_TARGET)
+
+
+class PickedInto(Around):
+    """A name matching `names` bound by a statement that holds a one-entry pick: the local
+    name a picked entry goes on as (`md, *_ = build()`, `md = next(iter(d.values()))`,
+    `(md := d[names[-1]])`), what `LastValues` records as a finding's `via` or, for an
+    `assert`/`raise` of it, its name. The pick is looked for in the whole statement that binds
+    the name (its lines joined by brackets or backslashes); where the statement cannot be
+    told (an unterminated string), in the rest of the range."""
+
+    cost = 10
+
+    def __init__(self, names: Names) -> None:
+        binding = bound(names)
+        super().__init__(names, after=binding.after.pattern, before=binding.before.pattern,
+                         before_words=binding.before_words, describe=f"{names.describe()} bound to one entry")
+
+    def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
+        end = len(text) if end is None else end
+        spans = self.names.occurrences(text, start, end)
+        if not spans or not any(p.holds(text, start, end) for p in ONE_ENTRY_SHAPES):
+            return False
+        in_context = self._contexts(text)
+        starts: list[int] | None = None
+        for a, b in spans:
+            if not in_context(a, b):
+                continue
+            if starts is None:
+                starts = statement_starts(text, start, end)
+            i = bisect.bisect_right(starts, a) - 1
+            lo, hi = starts[i], starts[i + 1] if i + 1 < len(starts) else end
+            if any(p.holds(text, lo, hi) for p in ONE_ENTRY_SHAPES):
+                return True
+        return False
+
+
+# the tokens that decide where a statement ends: strings, comments, continuations, brackets,
+# newlines and `;`
+_STATEMENT_TOKEN = re.compile(r"'''|\"\"\"|'|\"|#[^\n]*|\\\r?\n|[()\[\]{}]|\r\n?|\n|;")
+_STRING_END = {
+    "'''": re.compile(r"(?:[^\\]|\\.)*?'''", re.DOTALL),
+    '"""': re.compile(r'(?:[^\\]|\\.)*?"""', re.DOTALL),
+    "'": re.compile(r"(?:[^\\'\r\n]|\\.)*'"),
+    '"': re.compile(r'(?:[^\\"\r\n]|\\.)*"'),
+}
+
+
+def statement_starts(text: str, start: int, end: int) -> list[int]:
+    """Offsets where the statements of `text[start:end]` begin (`start` begins one), as
+    Python's tokenizer splits them: a newline or `;` outside brackets, strings and comments.
+    An unterminated string ends the list there (the rest counts as one statement)."""
+    out = [start]
+    depth = 0
+    pos = start
+    while True:
+        m = _STATEMENT_TOKEN.search(text, pos, end)
+        if m is None:
+            return out
+        tok, pos = m.group(), m.end()
+        if tok in _STRING_END:
+            close = _STRING_END[tok].match(text, pos, end)
+            if close is None:
+                return out
+            pos = close.end()
+        elif tok in ("(", "[", "{"):
+            depth += 1
+        elif tok in (")", "]", "}"):
+            depth = max(depth - 1, 0)
+        elif tok in (";", "\n", "\r", "\r\n") and depth == 0:
+            out.append(pos)
