@@ -1263,7 +1263,8 @@ class _Step:
             # a layout changed outside any draft loop (a builder's own adjustment): the memo
             # matters to the readers of this object only where steps go on reusing it
             ds = []
-        derived = list(dict.fromkeys(d.field for d in ds))
+        # memos first: a field and its backing store are named as the memo names it
+        derived = list(dict.fromkeys(d.field for d in sorted(ds, key=lambda d: not d.exact)))
         if not derived:
             return []
         known = _known(self.view, self.func, obj, self.aliases)
@@ -1288,6 +1289,8 @@ class _Step:
                 continue  # an attribute the class sets for itself (`self.x = ...`), not its data
             if d in exact and declared is not None and not (variants(d) & _declared(cls)):
                 continue
+            if any(variants(d) & variants(o) for o in out):
+                continue  # a field and its backing store are one value: named once
             out.append(d)
         return list(dict.fromkeys(out))
 
