@@ -51,7 +51,13 @@ EXPECTED: dict[str, set[tuple[str, str, int]]] = {
         ("IC003", "vllm/model_executor/models/deepseek_mtp.py", 130),
     },
     "0.25.0": set(),
-    "0.33.0": set(),
+    "0.33.0": {
+        # the V1 draft loop rewrites the layout in place and rebuilds from it each step, the
+        # memo caches kept (findings 3); its kernel advances `seq_lens`, never the DCP
+        # lengths (findings 2)
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 672),
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 790),
+    },
 }
 
 # Findings beyond the listed sites that were read and judged real instances of the rule's
@@ -59,6 +65,9 @@ EXPECTED: dict[str, set[tuple[str, str, int]]] = {
 # expected too, and counted apart from the known sites.
 _EXTEND = "extend_all_queries_by_N: the copy advances seq_lens, not the CPU lengths / upper bound"
 _TREE = "propose_tree: the copy advances seq_lens, keeps max_seq_len (latent: tree attention recomputes it)"
+_LAYOUT = "a proposer's copy of the V1 draft loop: the layout rewritten in place, the memo caches kept (findings 3)"
+_LOOP_MEMO = "the V1 draft loop rewrites the layout in place and rebuilds from it each step: the memo caches keep the old layout (findings 3)"
+_LOOP_DCP = "the V1 draft loop's kernel advances seq_lens in place, never dcp_local_seq_lens (findings 2)"
 DEFENDED: dict[str, dict[tuple[str, str, int], str]] = {
     "0.13.0": {
         ("IC004", "vllm/v1/spec_decode/eagle.py", 760): _TREE,
@@ -67,18 +76,37 @@ DEFENDED: dict[str, dict[tuple[str, str, int], str]] = {
     "0.18.0": {
         ("IC004", "vllm/v1/spec_decode/eagle.py", 1023): _TREE,
         ("IC004", "vllm/v1/spec_decode/utils.py", 306): _EXTEND,
+        ("IC004", "vllm/v1/spec_decode/eagle.py", 529): _LOOP_MEMO,
+        ("IC004", "vllm/v1/spec_decode/eagle.py", 561): _LOOP_DCP,
     },
     "0.19.0": {
         ("IC004", "vllm/v1/spec_decode/eagle.py", 1018): _TREE,
         ("IC004", "vllm/v1/spec_decode/utils.py", 282): _EXTEND,
+        ("IC004", "vllm/v1/spec_decode/eagle.py", 526): _LOOP_MEMO,
+        ("IC004", "vllm/v1/spec_decode/eagle.py", 558): _LOOP_DCP,
     },
     "0.20.0": {
         ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 1072): _TREE,
         ("IC004", "vllm/v1/spec_decode/utils.py", 296): _EXTEND,
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 537): _LOOP_MEMO,
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 569): _LOOP_DCP,
     },
-    "0.24.0": {("IC004", "vllm/v1/spec_decode/utils.py", 295): _EXTEND},
-    "0.25.0": {("IC004", "vllm/v1/spec_decode/utils.py", 295): _EXTEND},
-    "0.33.0": {("IC004", "vllm/v1/spec_decode/utils.py", 416): _EXTEND},
+    "0.24.0": {
+        ("IC004", "vllm/v1/spec_decode/utils.py", 295): _EXTEND,
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 596): _LOOP_MEMO,
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 706): _LOOP_DCP,
+        ("IC004", "vllm/v1/spec_decode/step3p5.py", 380): _LAYOUT,
+    },
+    "0.25.0": {
+        ("IC004", "vllm/v1/spec_decode/utils.py", 295): _EXTEND,
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 663): _LOOP_MEMO,
+        ("IC004", "vllm/v1/spec_decode/llm_base_proposer.py", 786): _LOOP_DCP,
+        ("IC004", "vllm/v1/spec_decode/step3p5.py", 378): _LAYOUT,
+    },
+    "0.33.0": {
+        ("IC004", "vllm/v1/spec_decode/utils.py", 416): _EXTEND,
+        ("IC004", "vllm/v1/spec_decode/step3p5.py", 375): _LAYOUT,
+    },
 }
 
 

@@ -10,7 +10,9 @@ source is copied there first: the original is never touched), linted, fixed with
 (`lint --fix --unsafe-fixes --no-cache`), then checked:
 
 - every file the fix changed compiles;
-- the fixed tree lints clean (no finding, no error);
+- the fixed tree lints clean of every finding that had a fix: what is left is exactly the
+  findings the first run reported without one (same rule, file and message; as many as
+  the first run reported less the fixed ones), and no error;
 - only files that held a finding changed;
 - a second `--fix --unsafe-fixes` changes nothing (the fixes are idempotent);
 - no fix was dropped (the CLI's notes on stderr);
@@ -219,6 +221,23 @@ def main() -> int:
                     what = ", ".join(f"{c} {chk0.get(c, 0)} -> {n}" for c, n in sorted(worse.items()))
                     style_problems.append(f"{rel}: `ruff check` reports more on the fixed file: {what}")
         remaining, errors = lint_json(tree)
+        # a finding with no fix stays (the rule pages say which get none); any other is left
+        # by a fix that did not remove it, or is new
+        pool: dict[tuple[str, str, str], int] = {}
+        for f in before:
+            key = (f["rule"], f["path"], f["message"])
+            pool[key] = pool.get(key, 0) + 1
+        unexpected = []
+        for f in remaining:
+            key = (f["rule"], f["path"], f["message"])
+            if pool.get(key, 0) > 0:
+                pool[key] -= 1
+            else:
+                unexpected.append(f)
+        if len(remaining) != len(before) - n_fixed:
+            problems.append(f"  {version}: {len(before)} findings, {n_fixed} fixed, but {len(remaining)} left")
+        unfixed = len(remaining) - len(unexpected)
+        remaining = unexpected
         outside = [p for p in changed if p not in held]
         second = run(tree, "--fix", "--unsafe-fixes")
         again = sorted(p for p, h in snapshot(tree).items() if h != after.get(p))
@@ -226,12 +245,12 @@ def main() -> int:
             problems.append(f"  {version}: a second --fix exits {second.returncode}: {second.stderr.strip()[:200]}")
         ok = not (
             not_compiling or remaining or errors or outside or again or dropped or errors_before or second.returncode
-            or style_problems
+            or style_problems or len(remaining) + unfixed != len(before) - n_fixed
         )
         style = "not checked (no ruff)" if ruff is None else ("yes" if not style_problems else "NO")
         rows.append((
             version, len(before), n_fixed, len(changed), "yes" if not not_compiling else "NO", style,
-            len(remaining) + len(errors), "yes" if not outside else "NO", len(again), f"{elapsed:.1f} s",
+            f"{len(remaining) + len(errors)} (+{unfixed} with no fix)", "yes" if not outside else "NO", len(again), f"{elapsed:.1f} s",
         ))
         for item in style_problems:
             problems.append(f"  {version}: STYLE {item}")

@@ -29,7 +29,11 @@ from invariant_check.analysis.fields import (
     store_writes,
     variants,
 )
-from invariant_check.analysis.needs import Need
+from invariant_check.analysis.derivations import Derivation, Table, bundled, configured, memos_of, variant_of
+from invariant_check.analysis.fields import Passed, Stored, parameter_index
+from invariant_check.analysis.needs import Any as AnyNeed
+from invariant_check.analysis.needs import Names, Need
+from invariant_check.analysis.tensor_writes import ADVANCES, argument_writes
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.summaries import Summaries
 from invariant_check.analysis.views import FunctionView
@@ -52,10 +56,9 @@ class FieldMap(Option):
         return value
 
 
-DEFAULT_DERIVED = {
-    "seq_lens": ["max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound"],
-    "positions": ["slot_mapping"],
-}
+# Derived fields are learned from the code (`invariant_check.analysis.derivations`); the
+# option only adds to what was learned.
+DEFAULT_DERIVED: dict[str, list[str]] = {}
 
 
 _METADATA = """
@@ -76,17 +79,45 @@ class CommonAttentionMetadata:
 class StaleDerivedMetadata(Rule):
     """
     ## What it does
-    Flags a draft step that advances `seq_lens` (or `positions`) of a metadata object but
-    leaves a field derived from it in the same object behind: `max_seq_len`, the CPU shadow
-    `seq_lens_cpu` (`_seq_lens_cpu`), the upper bound `seq_lens_cpu_upper_bound`.
+    Flags a draft step that moves a field of a metadata object (`seq_lens`,
+    `query_start_loc`, `num_actual_tokens`, ...) but leaves a field derived from it in the
+    same object behind, and names each one: `max_seq_len`, the CPU shadow `_seq_lens_cpu`,
+    the upper bound `seq_lens_cpu_upper_bound`, the DCP lengths `dcp_local_seq_lens`, the
+    memo caches `_num_computed_tokens_cache` and `_token_to_req_indices_cache`, and whatever
+    field the code derives next.
+
+    **Which fields derive from which is learned from the code**, never listed by hand
+    (`invariant-check derivations` prints the table, each entry with the line that shows it):
+    - a *memo*: a method of the class tests `self._x`, fills it from other fields and returns
+      it once set (`compute_num_computed_tokens()`, a property caching `_seq_lens_cpu`). A memo
+      is exact: any change of a field it was filled from stales it, a decrement or a new
+      layout (`X.query_start_loc = ...`, `X.num_actual_tokens = n`) included;
+    - a field a constructor, a factory or a `replace(...)` sets from the value it gives
+      another (`seq_lens=s, max_seq_len=int(s.max())`, `dcp_local_seq_lens=` computed from
+      the `seq_lens` it is given), or a statement sets from another field of the object
+      (`md.max_seq_len = int(md.seq_lens.max())`, also in the class's own methods);
+    - a field the code advances together with another, by the same amount, in at least two
+      functions (`seq_lens_cpu_upper_bound += 1` with `seq_lens`).
+    These are kept as bounds by the code that maintains them: they go stale when their
+    source advances, not when it shrinks. The table starts from what
+    `scripts/gen_derivations.py` learned from vLLM 0.13.0-0.33.0 and SGLang 0.5.23 (shipped
+    with invariant-check), adds the memos and derivations of the object's own class (from the
+    project, the environment or the bundled models) and the configuration's
+    `derived-fields`.
 
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
     `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, or through one
     local: `new = X.seq_lens + k; X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`,
     `torch.clamp(X.seq_lens + k, max=m, out=X.seq_lens)`, a copy
     `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
-    and a new object built from the advanced value with the old derived values copied in
-    (`Cls(seq_lens=X.seq_lens + 1, max_seq_len=X.max_seq_len)`).
+    a new object built from the advanced value with the old derived values copied in
+    (`Cls(seq_lens=X.seq_lens + 1, max_seq_len=X.max_seq_len)`), and a call that writes the
+    tensor in place: a function of any module that advances its parameter, a `@triton.jit`
+    kernel that `tl.store`s its own load plus a positive amount through the pointer it is
+    given (`eagle_step_update_slot_mapping_and_metadata(seq_lens=md.seq_lens, ...)`, reached
+    through wrappers, launches `kernel[grid](...)` and dispatchers that name their kernel).
+    A field that is itself derived and that no draft step moves as a source (`max_seq_len`,
+    `_seq_lens_cpu`) is being brought along when it advances, not moved.
 
     ## Why is this bad?
     Attention backends size their work from the derived fields: FlashAttention passes
@@ -178,7 +209,14 @@ class StaleDerivedMetadata(Rule):
     the project is judged alone.
 
     A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
-    bounds: not a finding.
+    bounds: not a finding. It does stale a memo, and so does any other change of the layout
+    (`X.query_start_loc = ...`), where the object is handed on again in a loop after the
+    change (the draft steps that rebuild from it read what a reader cached before) or the
+    change is an advance. A memo counts as brought along when it is set to `None` (its method
+    fills it again) or filled anew; an update of it before the change counts only if no
+    reader had the object in between (a builder may have filled it there). A layout changed
+    once, outside any loop that reuses the object (a builder's own adjustment of its copy),
+    is left alone.
 
     ## Two decisions, checked on vLLM's release trees
     - **Tree drafting** (`propose_tree`, 0.13.0 to 0.20.0) advances `seq_lens` through
@@ -224,11 +262,13 @@ class StaleDerivedMetadata(Rule):
       for `dcp_local_seq_lens_cpu_upper_bound`, and `_seq_lens_cpu=None` where it exists.
 
     ## What it leaves to the runtime guard
-    Advances the source does not spell (a Triton kernel that writes `seq_lens` in place, as
-    `eagle_step_update_slot_mapping_and_metadata` does), objects whose class is not known,
-    updates in functions the linter cannot resolve, and whether a capped update is capped
-    right: the `metadata-coherence` runtime guard checks `max_seq_len >= max(seq_lens)` and
-    `seq_lens_cpu_upper_bound >= seq_lens` at every draft step's metadata build.
+    Writes through calls it cannot resolve (a compiled op, a kernel chosen at run time),
+    objects whose class is not known, updates in functions the linter cannot resolve,
+    whether a memo was filled at all before the change, and whether a capped update is
+    capped right: the `metadata-coherence` runtime guard checks `max_seq_len >= max(seq_lens)`
+    and `seq_lens_cpu_upper_bound >= seq_lens`, recomputes every memo that is set (learned
+    from the class the same way) and the DCP local lengths, at every draft step's metadata
+    build.
 
     ## Fix
     Unsafe (`--fix --unsafe-fixes`). After an advance in place, update statements go right after
@@ -238,24 +278,27 @@ class StaleDerivedMetadata(Rule):
     `X.max_seq_len += k`; `if X.seq_lens_cpu_upper_bound is not None: X.seq_lens_cpu_upper_bound += k`;
     `X._seq_lens_cpu = None` (its property recomputes it from the lengths). For a copy, the same
     values join the same `replace(...)` as keywords (`_seq_lens_cpu=None`,
-    `seq_lens_cpu_upper_bound=... + k if ... is not None else None`). No fix when the advance is
-    in a helper whose callers must finish the step (the update belongs in them), when a stale
-    field is not one of these three (`slot_mapping`, fields added in `derived-fields`), or when
-    the amount is not spelled at the advance.
+    `seq_lens_cpu_upper_bound=... + k if ... is not None else None`). A stale memo is reset:
+    `X._token_to_req_indices_cache = None` after the change (`=None` in a copy); its method
+    fills it again from the new fields. No fix when the advance is in a helper whose callers
+    must finish the step (the update belongs in them), when several fields change together
+    (the layout of a draft batch: the reset belongs after the last of them), when a stale
+    field must be recomputed from what the step does not have (`dcp_local_seq_lens` needs the
+    DCP rank and world size; `slot_mapping`; fields added in `derived-fields`), or when the
+    amount is not spelled at the advance.
 
     ## Options
-    - `derived-fields` (table of lists): each advanced field and the fields derived from it.
-      Default `seq_lens = ["max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound"]`,
-      `positions = ["slot_mapping"]`; a table set in the configuration replaces this one
-      whole. Not derived by default: `num_computed_tokens_cpu`
-      (a draft step that extends queries keeps it), `dcp_local_seq_lens` (add it where
-      decode context parallelism runs draft steps).
+    - `derived-fields` (table of lists): fields derived from each advanced field, added to
+      what is learned from the code (`seq_lens = ["num_context_tokens"]`). Default: empty;
+      nothing learned is ever removed by it. The learned table's sources decide what the
+      prefilter looks for: a project class whose memo reads a field no release's memo reads
+      is checked where that field advances, or with this option naming it.
     - `helper-depth` (default 4): how many calls deep updates in helpers are looked for.
     """
 
     CODE = "IC004"
     NAME = "stale-derived-metadata"
-    SUMMARY = "A draft step advances `seq_lens` but a field derived from it keeps its old value."
+    SUMMARY = "A draft step moves `seq_lens` (or another field) but a field derived from it keeps its old value."
     HINT = (
         "Advance the derived fields in the same step: "
         "`X.max_seq_len = min(X.max_seq_len + k, self.max_model_len)`, "
@@ -493,20 +536,24 @@ def draft(self, md: CommonAttentionMetadata):
 """,
             files={"metadata.py": _METADATA},
         ),
-        # A shallow copy advanced with every derived field.
+        # A shallow copy advanced with every derived field vLLM's class has: the memo of the
+        # computed tokens dropped (its method fills it again), the DCP lengths recomputed.
         Valid(
             """
 import copy
 
-from vllm.v1.attention.backends.utils import CommonAttentionMetadata
+from vllm.v1.attention.backends.utils import CommonAttentionMetadata, get_dcp_local_seq_lens
 
 
-def next_step(common_attn_metadata: CommonAttentionMetadata, cap: int):
+def next_step(common_attn_metadata: CommonAttentionMetadata, cap: int, dcp_size: int, dcp_rank: int):
     cad = copy.copy(common_attn_metadata)
     cad.seq_lens = common_attn_metadata.seq_lens + 1
     cad.max_seq_len = min(common_attn_metadata.max_seq_len + 1, cap)
     if cad.seq_lens_cpu_upper_bound is not None:
         cad.seq_lens_cpu_upper_bound = cad.seq_lens_cpu_upper_bound + 1
+    cad._num_computed_tokens_cache = None
+    if cad.dcp_local_seq_lens is not None:
+        cad.dcp_local_seq_lens = get_dcp_local_seq_lens(cad.seq_lens, dcp_size, dcp_rank)
     return cad
 """
         ),
@@ -563,7 +610,7 @@ def step(self, common_attn_metadata: CommonAttentionMetadata):
         self.run_model(cad)
 """,
             line=6,
-            message_contains="`max_seq_len`, `seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
+            message_contains="`_seq_lens_cpu`, `max_seq_len`, `seq_lens_cpu_upper_bound`",
             files={"metadata.py": _METADATA},
         ),
         # The maximum is updated only under a narrower condition than the advance.
@@ -714,17 +761,32 @@ def step(self, md: CommonAttentionMetadata, capped):
             line=4,
             files={"metadata.py": _METADATA},
         ),
-        # Positions advanced; the slot mapping derived from them is not recomputed.
+        # A field no release has: the class's own method computes `num_context_tokens` from
+        # `seq_lens`, and the step advances `seq_lens` alone (learned from the class: no
+        # configuration).
         Invalid(
             """
-from .metadata import CommonAttentionMetadata
+from .metadata import DraftMetadata
 
-def move(md: CommonAttentionMetadata):
-    md.positions += 1
+def step(md: DraftMetadata):
+    md.seq_lens += 1
 """,
             line=4,
-            message_contains="`slot_mapping`",
-            files={"metadata.py": _METADATA},
+            message_contains="`num_context_tokens`",
+            files={
+                "metadata.py": """
+from dataclasses import dataclass
+
+
+@dataclass
+class DraftMetadata:
+    seq_lens: "torch.Tensor"
+    num_context_tokens: int = 0
+
+    def refresh(self):
+        self.num_context_tokens = int(self.seq_lens.sum())
+"""
+            },
         ),
         # The helper of another module updates the maximum only under a flag.
         Invalid(
@@ -857,7 +919,7 @@ class Drafter:
             self.run_model(md)
 """,
             line=11,
-            message_contains="`seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
+            message_contains="`_seq_lens_cpu`, `seq_lens_cpu_upper_bound`",
             files={"metadata.py": _METADATA},
         ),
         # One entry of a per-layer dict, typed by the dict's annotation.
@@ -908,60 +970,101 @@ def next_step(prev: CommonAttentionMetadata):
 
     @classmethod
     def needs(cls, options: dict[str, Any]) -> Need:
-        return increment_need(options["derived-fields"])
+        return increment_need(learned_table(options["derived-fields"]))
 
     def __init__(self, options: dict[str, Any]) -> None:
         super().__init__(options)
-        self.derived: dict[str, list[str]] = dict(options["derived-fields"])
+        self.table = learned_table(options["derived-fields"])
         self.depth = options["helper-depth"]
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         func = view.node
         aliases = local_aliases(func, view)
-        found = list(_advances(func, aliases, self.derived))
+        found = list(_advances(func, aliases, self.table))
+        found += list(_written_through_calls(view, func, aliases, self.table, self.depth))
         if not found:
             return
+        found.sort(key=lambda wa: (getattr(wa[1], "lineno", 0), getattr(wa[1], "col_offset", 0)))
         step = _Step(self, view, func, aliases)
+        reported: set[tuple[str | None, str]] = set()
+        groups: list[dict[str, Any]] = []
         for write, at in found:
-            wanted = step.wanted(write)
+            wanted = [d for d in step.wanted(write) if (write.obj, d) not in reported]
             if not wanted:
                 continue
             stale, via = step.stale(write, at, wanted)
             if not stale:
                 continue
-            yield self._report(view, write, at, stale, via)
+            reported.update((write.obj, d) for d in stale)
+            evidence = step.evidence(write, stale)
+            key = _group_key(write, at, step.parent)
+            group = next((g for g in groups if g["key"] == key), None)
+            if group is None:
+                groups.append({"key": key, "writes": [(write, at, stale)], "stale": list(stale), "via": list(via), "evidence": dict(evidence)})
+            else:
+                group["writes"].append((write, at, stale))
+                group["stale"] += [d for d in stale if d not in group["stale"]]
+                group["via"] += [v for v in via if v not in group["via"]]
+                group["evidence"].update(evidence)
+        for g in groups:
+            yield self._report(view, g["writes"], g["stale"], sorted(g["via"]), g["evidence"])
 
-    def _report(self, view: FunctionView, write: FieldWrite, at: ast.AST, stale: list[str], via: list[str]) -> Report:
+    def _report(self, view: FunctionView, writes: list[tuple[FieldWrite, ast.AST, list[str]]], stale: list[str], via: list[str],
+                evidence: dict[str, Derivation] | None = None) -> Report:
+        # the finding sits on the write whose stale fields include one a bound is kept in
+        # (the primary advance), else on the first
+        primary = next((w for w in writes if any(not (evidence and d in evidence and evidence[d].exact) for d in w[2])), writes[0])
+        write, at, _ = primary
         obj, f = write.obj, write.field
         spelled = _spelled(view, write, at)
+        moved_fields = list(dict.fromkeys(w.field for w, _, _ in writes))
+        fields_text = ", ".join(f"`{m}`" for m in moved_fields)
         names = ", ".join(f"`{d}`" for d in stale)
         amount = _amount_text(view, write)
+        moved = "advanced" if all(w.sign == 1 for w, _, _ in writes) else "changed"
+        memos = [d for d in stale if evidence and d in evidence and evidence[d].exact]
+        tail = (
+            f"attention would read stale values derived from {fields_text}"
+            if not memos
+            else f"{', '.join(f'`{m}`' for m in memos)} would return what was cached from the old {fields_text}"
+            + (f", and attention would read stale values derived from {fields_text}" if len(memos) < len(stale) else "")
+        )
+        verb = "is" if len(stale) == 1 else "are"
         if write.kind == "new":
             what = "a copy" if last_name(write.node.func) == "replace" else "an object from the fields"
             message = (
-                f"`{view.text(write.node.func)}(...)` makes {what} of `{spelled}` with `{f}` advanced "
-                f"but {names} {'is' if len(stale) == 1 else 'are'} carried over unchanged: "
-                f"attention would read stale values derived from `{f}`"
+                f"`{view.text(write.node.func)}(...)` makes {what} of `{spelled}` with {fields_text} {moved} "
+                f"but {names} {verb} carried over unchanged: {tail}"
             )
             node = next((kw for kw in write.node.keywords if kw.arg == f), write.node)
-        else:
+        elif isinstance(at, ast.Call) and write.node is at and not _spells_write(at, f):
             message = (
-                f"`{spelled}.{f}` is advanced here but {names} of `{spelled}` "
-                f"{'is' if len(stale) == 1 else 'are'} not updated in the same draft step: "
-                f"attention would read stale values derived from `{f}`"
+                f"`{view.text(at.func)}(...)` {'advances' if moved == 'advanced' else 'writes'} `{spelled}.{f}` in place but {names} of `{spelled}` "
+                f"{verb} not updated in the same draft step: {tail}"
+            )
+            node = at
+        else:
+            head = f"`{spelled}.{f}` is" if len(moved_fields) == 1 else f"{', '.join(f'`{spelled}.{m}`' for m in moved_fields)} are"
+            message = (
+                f"{head} {moved} here but {names} of `{spelled}` "
+                f"{verb} not updated in the same draft step: {tail}"
             )
             node = write.node
         if via:
             # the advance is a helper's: name the call sites that leave the fields stale
             message += f"; called from {', '.join(via)} without the update"
-        data: dict[str, Any] = {"object": obj, "advanced": f, "stale_fields": stale}
+        data: dict[str, Any] = {"object": obj, "advanced": f, "stale_fields": stale, "changed": moved_fields}
         if via:
             data["callers"] = via
+        if evidence:
+            data["derivations"] = {d: {"kind": e.kind, "from": list(e.sources), "where": e.where, "how": e.how} for d, e in evidence.items() if d in stale}
+        if memos:
+            data["memos"] = memos
         args = getattr(view.node, "args", None)
         has_self = args is not None and any(a.arg == "self" for a in args.posonlyargs + args.args)
         # the cap as the function can spell it: vLLM proposers keep it on `self`
         cap = "self.max_model_len" if has_self else "max_model_len"
-        return Report(node, message, _hint(write, spelled, stale, amount, cap), data)
+        return Report(node, message, _hint(write, spelled, stale, amount, cap, set(memos), evidence or {}), data)
 
     def fix(self, report: Report, view: FunctionView) -> Fix | None:
         from ._fixes import ic004
@@ -972,30 +1075,109 @@ def next_step(prev: CommonAttentionMetadata):
 # -- what a definition must contain ------------------------------------------------------------
 
 
-def increment_need(derived: dict[str, list[str]]) -> Need:
-    """An advanced field moved by arithmetic (see `fields.Moved`): every advance the rule
-    recognises is spelled so."""
-    return Moved(derived)
+def learned_table(extra: dict[str, list[str]]) -> Table:
+    """What the generator learned from the releases, and what the configuration adds."""
+    return Table(list(bundled()) + configured(extra))
+
+
+def increment_need(table: Table) -> Need:
+    """A source field moved by arithmetic (see `fields.Moved`), a memo's source written
+    (`x.query_start_loc = ...`), or a source handed to a call that may write it in place.
+    Derived from the learned table: a memo of a project class that reads a field no release's
+    memo reads is found where the write is spelled as an advance, or with `--no-prefilter`."""
+    sources = sorted(table.sources() | {variant_of(s) for s in table.sources()})
+    exact = sorted(table.exact_sources())
+    moving = sorted(table.moving_sources())
+    parts: list[Need] = [Moved(sources), Passed(Names(moving, case_sensitive=True))]
+    if exact:
+        parts.append(Stored(exact))
+    return AnyNeed(*parts)
 
 
 # -- advances ------------------------------------------------------------------------------------
 
 
-def _advances(func: ast.AST, aliases: dict[str, str], derived: dict[str, list[str]]) -> Iterator[tuple[FieldWrite, ast.AST]]:
+def _advances(func: ast.AST, aliases: dict[str, str], table: Table) -> Iterator[tuple[FieldWrite, ast.AST]]:
     """(write, the node it is an event of: the store target or the call) for every advance of
-    an advanced field."""
+    a source field, and every write of a field a memo may be filled from (any direction: the
+    memo is exact). Whether the object has such a memo is asked later (`_Step.wanted`)."""
     for sub in walk_local(func):
         if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
             for t in targets:
                 for piece in store_targets(t):
                     for w in store_writes(piece, sub, aliases):
-                        if w.field in derived and w.sign == 1:
+                        if _source_write(w, table):
                             yield w, piece
         elif isinstance(sub, ast.Call):
             for w in call_writes(sub, aliases):
-                if w.field in derived and w.sign == 1 and w.kind in ("set", "new"):
+                if w.kind in ("set", "new") and _source_write(w, table):
                     yield w, sub
+
+
+def _source_write(w: FieldWrite, table: Table) -> bool:
+    """An advance of a field something derives from, or any write of a field a memo reads. A
+    field that is itself derived (`_seq_lens_cpu`, `max_seq_len`) and that no draft step moves
+    as a source is being brought along, not moved: its own advance is the catch-up."""
+    names = {w.field, variant_of(w.field)}
+    if w.sign == 1:
+        return bool(names & table.sources()) and (bool(names & table.moving_sources()) or not (names & table.derived_fields()))
+    return bool(names & table.exact_sources())
+
+
+def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str, str], table: Table, depth: int) -> Iterator[tuple[FieldWrite, ast.AST]]:
+    """`kernel(seq_lens=md.seq_lens, ...)`, `helper(md.positions)`: a field handed to a
+    function (of any module, a Triton kernel through its wrappers and dispatchers) that writes
+    it in place; an advance when the function adds to it."""
+    sources = table.moving_sources()
+    summaries = None
+    for sub in walk_local(func):
+        if not isinstance(sub, ast.Call):
+            continue
+        handed = []
+        for arg in list(sub.args) + [k.value for k in sub.keywords if k.arg != "out"]:
+            base = arg.value if isinstance(arg, ast.Subscript) else arg
+            if isinstance(base, ast.Attribute) and (base.attr in sources or variant_of(base.attr) in sources):
+                obj = canonical(ref(base.value), aliases)
+                if obj is not None:
+                    handed.append((arg, obj, base.attr))
+        if not handed:
+            continue
+        fn = resolve_call(view, sub)[1]
+        if fn is None:
+            continue
+        if summaries is None:
+            summaries = view.ctx.summaries(depth)
+        offset = bound_offset(sub.func, fn)
+        for arg, obj, field in handed:
+            indices = parameter_index(fn, sub, offset, lambda a, arg=arg: a is arg)
+            for index in indices:
+                got = argument_writes(summaries, fn, index, depth)
+                if got is None:
+                    continue
+                yield FieldWrite(obj, field, "set", 1 if got == ADVANCES else None, sub, isinstance(arg, ast.Subscript)), sub
+                break
+
+
+
+def _group_key(write: FieldWrite, at: ast.AST, parent: dict[int, ast.AST]) -> tuple:
+    """Writes reported together: the keywords of one copy, and the statements of one block
+    that change one object's layout (`md.num_actual_tokens = n`, `md.query_start_loc = ...`)."""
+    if write.kind == "new":
+        return (write.obj, "call", id(write.node))
+    stmt = statement_of(at, parent) if not isinstance(at, ast.stmt) else at
+    block = parent.get(id(stmt)) if stmt is not None else None
+    return (write.obj, "block", id(block))
+
+
+def _spells_write(call: ast.Call, field: str) -> bool:
+    """The call's own syntax writes the field (`x.f.add_(k)`, `out=x.f`), not a callee."""
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        holder = func.value.value if isinstance(func.value, ast.Subscript) else func.value
+        if isinstance(holder, ast.Attribute) and holder.attr == field:
+            return True
+    return any(k.arg == "out" for k in call.keywords)
 
 
 # -- the step around an advance -----------------------------------------------------------------------
@@ -1011,6 +1193,7 @@ class _Step:
         self._flow: FieldFlow | None = None
         self._parents: dict[int, ast.AST] | None = None
         self._sites: list | None = None
+        self._derivations: dict[tuple, list[Derivation]] = {}
 
     @property
     def flow(self) -> FieldFlow:
@@ -1024,10 +1207,66 @@ class _Step:
             self._parents = parents(self.func)
         return self._parents
 
+    def derivations(self, write: FieldWrite) -> list[Derivation]:
+        """What is derived from the written field: learned from the releases and the
+        configuration (`rule.table`), and the memos the object's class defines. A decrement
+        or a write of unknown direction stales only memos (a bound stays a bound)."""
+        key = (write.obj, write.field)
+        got = self._derivations.get(key)
+        if got is None:
+            got = list(self.rule.table.derived_from(write.field))
+            cls = class_of(self.view, write.obj, self.aliases) if write.obj else None
+            if cls is not None:
+                got += [d for d in memos_of(cls) if write.field in d.sources or variant_of(write.field) in d.sources]
+            self._derivations[key] = got
+        if write.sign == 1:
+            return got
+        return [d for d in got if d.exact]
+
+    def reused_in_loop(self, write: FieldWrite, at: ast.AST) -> bool:
+        """Whether a loop hands the object on after the write (or around it): the steps that
+        rebuild from it read whatever a reader cached before the layout changed."""
+        key = ("loop", write.obj, id(at))
+        got = self._derivations.get(key)
+        if got is None:
+            line = getattr(at, "lineno", 0)
+            got = False
+            for sub in walk_local(self.func):
+                if not isinstance(sub, (ast.For, ast.AsyncFor, ast.While)) or getattr(sub, "end_lineno", 0) < line:
+                    continue
+                for inner in ast.walk(sub):
+                    if isinstance(inner, ast.Call) and inner.lineno >= (line if sub.lineno > line else sub.lineno):
+                        passed = list(inner.args) + [k.value for k in inner.keywords]
+                        if isinstance(inner.func, ast.Attribute):
+                            passed.append(inner.func.value)
+                        if any(canonical(ref(a), self.aliases) == write.obj for a in passed):
+                            got = True
+                            break
+                if got:
+                    break
+            self._derivations[key] = got  # type: ignore[assignment]
+        return bool(got)
+
+    def evidence(self, write: FieldWrite, stale: list[str]) -> dict[str, Derivation]:
+        out: dict[str, Derivation] = {}
+        for d in self.derivations(write):
+            for name in stale:
+                if name not in out and variants(name) & variants(d.field):
+                    out[name] = d
+        return out
+
     def wanted(self, write: FieldWrite) -> list[str]:
-        """The derived fields of the advanced field that the object is known to have."""
+        """The derived fields of the written field that the object is known to have."""
         obj = write.obj
-        derived = self.rule.derived.get(write.field, [])
+        ds = self.derivations(write)
+        if write.sign != 1 and ds and not self.reused_in_loop(write, write.node):
+            # a layout changed outside any draft loop (a builder's own adjustment): the memo
+            # matters to the readers of this object only where steps go on reusing it
+            ds = []
+        # memos first: a field and its backing store are named as the memo names it
+        derived = list(dict.fromkeys(d.field for d in sorted(ds, key=lambda d: not d.exact)))
+        if not derived:
+            return []
         known = _known(self.view, self.func, obj, self.aliases)
         if class_of(self.view, obj, self.aliases) is None:
             # a helper's parameter (or a copy of one): what its callers pass (also the bases'
@@ -1038,7 +1277,22 @@ class _Step:
                     continue  # a value with no name there (`advance(self.make())`): nothing known of it
                 caller = FunctionView(self.view.ctx, site.caller.module, site.node, site.caller.qual)
                 known |= _known(caller, site.node, passed, caliases)
-        return [d for d in derived if variants(d) & known]
+        cls = class_of(self.view, obj, self.aliases)
+        declared = _declared(cls) | mentioned_fields(self.func, obj, self.aliases) if cls is not None else None
+        exact = {d.field for d in self.derivations(write) if d.exact}
+        out = []
+        for d in derived:
+            hit = variants(d) & known
+            if not hit or variants(d) & variants(write.field):
+                continue
+            if declared is not None and not (variants(d) & declared):
+                continue  # an attribute the class sets for itself (`self.x = ...`), not its data
+            if d in exact and declared is not None and not (variants(d) & _declared(cls)):
+                continue
+            if any(variants(d) & variants(o) for o in out):
+                continue  # a field and its backing store are one value: named once
+            out.append(d)
+        return list(dict.fromkeys(out))
 
     def _passed_by_callers(self, obj: str, inherited: bool = False) -> list[tuple[Any, str | None, dict[str, str]]]:
         """(call site, the object it passes for `obj`, the caller's aliases), when `obj` is
@@ -1093,7 +1347,9 @@ class _Step:
         idx = _event(flow, write, at)
         if idx is None:
             return [], []
-        stale = [d for d in wanted if not covered(flow, idx, write.obj, d, self.aliases, resolve, self.summaries)]
+        memos = {d.field for d in self.derivations(write) if d.exact}
+        stale = [d for d in wanted if not covered(flow, idx, write.obj, d, self.aliases, resolve, self.summaries,
+                                                  filled_by_readers=bool(variants(d) & memos))]
         if stale:
             return self._through_callers_param(write.obj, stale)
         return stale, []
@@ -1111,14 +1367,41 @@ class _Step:
         via: list[str] = []
         for d in stale:
             for site, passed, caliases in sites:
-                cflow = FieldFlow(site.node)
-                cidx = cflow.by_call.get(id(site.call))
-                resolve = resolver_for(self.summaries, site.caller)
-                if passed is None or cidx is None or not covered(cflow, cidx, passed, d, caliases, resolve, self.summaries):
+                if not self._covered_at(site, passed, caliases, d, self.rule.depth):
                     still.append(d)
                     via.append(self._where(site))
                     break
         return still, sorted(set(via))
+
+    def _covered_at(self, site, passed: str | None, caliases: dict[str, str], field: str, depth: int) -> bool:
+        """Whether the caller updates `field` on the object around the call, or, when the
+        object is its own parameter, every one of its callers does around their call (the step
+        goes on up: `set_dummy_context` in a helper whose caller recomputes the lengths)."""
+        cflow = FieldFlow(site.node)
+        cidx = cflow.by_call.get(id(site.call))
+        if passed is None or cidx is None:
+            return False
+        resolve = resolver_for(self.summaries, site.caller)
+        if covered(cflow, cidx, passed, field, caliases, resolve, self.summaries):
+            return True
+        head, _, rest = passed.partition(".")
+        fn = site.caller
+        if depth <= 0 or head not in fn.facts.params or head in ("self", "cls"):
+            return False
+        view = FunctionView(self.view.ctx, fn.module, site.node, fn.qual)
+        ups = callers(view, fn)
+        if not ups:
+            return False
+        index = fn.facts.params.index(head)
+        for up in ups:
+            arg = _argument(up.call, fn, index)
+            ualiases = local_aliases(up.node)
+            upassed = canonical(ref(arg), ualiases) if arg is not None else None
+            if upassed is not None and rest:
+                upassed += "." + rest
+            if not self._covered_at(up, upassed, ualiases, field, depth - 1):
+                return False
+        return True
 
     def _through_callers_copy(self, stale: list[str]) -> tuple[list[str], list[str]]:
         fn = self.view.info
@@ -1149,6 +1432,15 @@ class _Step:
                     via.append(self._where(site))
                     break
         return still, sorted(set(via))
+
+
+def _declared(cls) -> set[str]:
+    """The data fields a class and its bases declare (annotated in the class body): what a
+    metadata object carries from step to step."""
+    out: set[str] = set()
+    for c in cls.classes():
+        out.update(c.facts.fields)
+    return out
 
 
 def _known(view: FunctionView, func: ast.AST, obj: str, aliases: dict[str, str]) -> set[str]:
@@ -1259,23 +1551,36 @@ def _wrap(amount: str) -> str:
     return amount if re.fullmatch(r"[\w.]+", amount) else f"({amount})"
 
 
-def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: str = "self.max_model_len") -> str:
+def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: str = "self.max_model_len",
+          memos: set[str] | frozenset[str] = frozenset(), evidence: dict[str, Derivation] | None = None) -> str:
     x, k = spelled, _wrap(amount)
+    evidence = evidence or {}
+
+    def recompute(d: str) -> str:
+        e = evidence.get(d)
+        how = f" (as {e.how.split(' sets it')[0]} does)" if e is not None and e.kind == "built" and " sets it" in e.how else ""
+        return f"recompute `{x}.{d}` from the new {', '.join(f'`{s}`' for s in (e.sources if e else (write.field,)))}{how}"
+
     if write.kind == "new":
         parts = []
         for d in stale:
-            if d == "max_seq_len":
+            if d in memos:
+                parts.append(f"`{d}=None` (its method fills it again from the new fields)")
+            elif d == "max_seq_len":
                 parts.append(f"`max_seq_len={x}.max_seq_len + {k}`")
             elif d.lstrip("_") == "seq_lens_cpu":
                 parts.append(f"`{d if d.startswith('_') else '_' + d}=None` (recomputed from `seq_lens` on first use)")
             elif d.endswith("upper_bound"):
                 parts.append(f"`{d}={x}.{d} + {k} if {x}.{d} is not None else None`")
             else:
-                parts.append(f"`{d}=` a value recomputed from the new `{write.field}`")
+                sources = evidence[d].sources if d in evidence else (write.field,)
+                parts.append(f"`{d}=` a value recomputed from the new {', '.join(f'`{s}`' for s in sources)}")
         return f"Pass the derived fields to the same `{last_name(write.node.func)}(...)`: " + ", ".join(parts) + "."
     parts = []
     for d in stale:
-        if d == "max_seq_len":
+        if d in memos:
+            parts.append(f"`{x}.{d} = None` once the layout has changed (its method fills it again from the new fields)")
+        elif d == "max_seq_len":
             parts.append(f"`{x}.max_seq_len = min({x}.max_seq_len + {k}, {cap})` (an upper bound may stay above the capped lengths)")
         elif d.lstrip("_") == "seq_lens_cpu":
             shadow = "_seq_lens_cpu"
@@ -1283,8 +1588,8 @@ def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: s
         elif d.endswith("upper_bound"):
             parts.append(f"`if {x}.{d} is not None: {x}.{d} += {k}`")
         else:
-            parts.append(f"recompute `{x}.{d}` from the new `{write.field}`")
-    return "Update them in the same draft step, next to the advance: " + "; ".join(parts) + "."
+            parts.append(recompute(d))
+    return "Update them in the same draft step, next to the change: " + "; ".join(parts) + "."
 
 
 __all__ = ["StaleDerivedMetadata", "FieldMap"]

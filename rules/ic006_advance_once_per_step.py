@@ -135,6 +135,11 @@ class AdvanceOncePerStep(Rule):
     `seq_lens_cpu_upper_bound`, the slot mapping), and the `group-metadata` guard each
     group's metadata type.
 
+    ## Fix
+    None. Where the advance belongs depends on the loop's intent (once before the group loop,
+    or on each group's own copy), and which group's metadata a layer needs depends on the
+    layer: both are the author's call. The hint names the shared object and the loop.
+
     ## Options
     - `group-iterables` (globs, any case): identifiers whose presence in a loop's iterable
       (or a `while` test) makes it a loop over groups or layers. Default `*group*`,

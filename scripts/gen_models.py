@@ -137,7 +137,12 @@ def vocabulary() -> Vocabulary:
 
     rules = all_rules()
     opts = {code: rules[code].default_options() for code in ("IC002", "IC003", "IC004", "IC005")}
-    derived = opts["IC004"]["derived-fields"]
+    # the derived fields IC004 checks: what scripts/gen_derivations.py learned from the
+    # releases (fields draft steps move, and what derives from them), and the configuration's
+    from invariant_check.rules.ic004_stale_derived_metadata import learned_table
+
+    table = learned_table(opts["IC004"]["derived-fields"])
+    derived = {s: sorted({d.field for d in table.derived_from(s)}) for s in sorted(table.moving_sources())}
     return Vocabulary(
         {k: set().union(*(_variants(d) for d in v)) for k, v in derived.items()},
         {opts["IC002"]["switch-method"], opts["IC003"]["switch-method"]},

@@ -22,6 +22,7 @@ class Meta:
     seq_lens: "torch.Tensor"
     max_seq_len: int
     dcp_local_seq_lens: "torch.Tensor | None" = None
+    num_context_tokens: int = 0
 
 
 def step(md: Meta):
@@ -54,18 +55,23 @@ def findings(tmp_path: Path, *codes: str) -> list[tuple[str, int, str]]:
     return [(f["rule"], f["line"], f["message"]) for f in json.loads(run.out)["findings"]]
 
 
-def test_defaults_leave_a_field_outside_the_table_alone(tmp_path):
-    assert findings(project(tmp_path, "", STEP), "IC004") == []
+def test_defaults_know_what_the_releases_derive(tmp_path):
+    # no configuration: vLLM's releases compute the DCP lengths from `seq_lens`
+    # (scripts/gen_derivations.py), so a class holding both gets the learned derivation
+    got = findings(project(tmp_path, "", STEP), "IC004")
+    assert [(rule, line) for rule, line, _ in got] == [("IC004", 13)]
+    assert "`dcp_local_seq_lens`" in got[0][2] and "`max_seq_len`" not in got[0][2]
+    assert "`num_context_tokens`" not in got[0][2]  # nothing shows that one derived
 
 
 def test_derived_fields_table_adds_a_field(tmp_path):
     options = """
     [tool.invariant-check.options.IC004]
-    derived-fields = { seq_lens = ["max_seq_len", "dcp_local_seq_lens"] }
+    derived-fields = { seq_lens = ["num_context_tokens"] }
     """
     got = findings(project(tmp_path, options, STEP), "IC004")
-    assert [(rule, line) for rule, line, _ in got] == [("IC004", 12)]
-    assert "`dcp_local_seq_lens`" in got[0][2] and "`max_seq_len`" not in got[0][2]
+    assert [(rule, line) for rule, line, _ in got] == [("IC004", 13)]
+    assert "`num_context_tokens`" in got[0][2] and "`dcp_local_seq_lens`" in got[0][2]
 
 
 @pytest.mark.parametrize(

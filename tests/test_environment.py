@@ -98,7 +98,9 @@ def test_plugin_linted_without_vllm_gets_the_fields_from_the_bundled_models(tmp_
     assert run.code == 1, run.err
     [finding] = json.loads(run.out)["findings"]
     assert finding["rule"] == "IC004" and finding["line"] == 10
-    assert finding["data"]["stale_fields"] == ["max_seq_len", "seq_lens_cpu_upper_bound"]
+    # vLLM's class holds the memo of the computed tokens and the DCP lengths too: the
+    # model says which of the learned derived fields the class has
+    assert finding["data"]["stale_fields"] == ["_num_computed_tokens_cache", "dcp_local_seq_lens", "max_seq_len", "seq_lens_cpu_upper_bound"]
     outside = _outside(run.err)
     assert outside["vllm.v1.attention.backends.utils"].startswith("bundled model (vllm ")
     assert outside["copy"].startswith("standard library")
@@ -176,7 +178,8 @@ def test_a_cached_result_is_not_served_for_another_environment(tmp_path, bare):
     second = run_cli("lint", "--python", python_bare, "--format", "json", ".", cwd=root)
     again = run_cli("lint", "--python", python_own, "--format", "json", ".", cwd=root)
     fields = [json.loads(r.out)["findings"][0]["data"]["stale_fields"] for r in (first, second, again)]
-    assert fields == [["max_seq_len"], ["max_seq_len", "seq_lens_cpu_upper_bound"], ["max_seq_len"]]
+    full = ["_num_computed_tokens_cache", "dcp_local_seq_lens", "max_seq_len", "seq_lens_cpu_upper_bound"]
+    assert fields == [["max_seq_len"], full, ["max_seq_len"]]
 
 
 def test_an_installed_module_edited_invalidates_the_cache(tmp_path):

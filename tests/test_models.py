@@ -58,15 +58,18 @@ def test_every_model_is_generated_tagged_and_listed():
 
 
 def test_the_selection_is_derived_from_the_rules_options():
-    """The vocabulary the generator selects classes by is read from the rules' defaults: a
-    derived field added to IC004's table changes what is modelled, without a second list."""
+    """The vocabulary the generator selects classes by is read from what IC004 checks: the
+    derivations learned from the releases (the sources draft steps move) and the rule's
+    defaults, without a second list."""
     gen = _gen_models()
     vocab = gen.vocabulary()
     from invariant_check.api.registry import all_rules
+    from invariant_check.rules.ic004_stale_derived_metadata import learned_table
 
-    derived = all_rules()["IC004"].default_options()["derived-fields"]
-    assert set(vocab.advanced) == set(derived)
-    assert {"max_seq_len", "_max_seq_len"} <= vocab.advanced["seq_lens"]
+    table = learned_table(all_rules()["IC004"].default_options()["derived-fields"])
+    assert set(vocab.advanced) == table.moving_sources()
+    assert {"max_seq_len", "_max_seq_len", "dcp_local_seq_lens"} <= vocab.advanced["seq_lens"]
+    assert "_token_to_req_indices_cache" in vocab.advanced["query_start_loc"]
     assert vocab.switch == {all_rules()["IC002"].default_options()["switch-method"]}
     assert vocab.refresh == set(all_rules()["IC005"].default_options()["refresh-calls"])
 

@@ -132,12 +132,17 @@ def _lint(root: Path, python: str, *extra: str):
 
 
 def test_ic004_reads_forward_batch_from_the_sglang_model(tmp_path, bare):
-    """`seq_lens_cpu` is in IC004's default table and `ForwardBatch` has it: the finding names
-    it, and only it, because the model says which of the table's fields the class holds (a
-    class the linter cannot find gets no finding at all: see the next test)."""
+    """What derives from `seq_lens` in SGLang is learned from its wheel (the CPU shadow, the
+    sum, the slots of the new tokens, ...: `scripts/gen_derivations.py`) and `ForwardBatch`
+    holds those fields: the finding names them, with no configuration (a class the linter
+    cannot find gets no finding at all: see the next test)."""
     root = _write(tmp_path / "plugin", {"drafter/__init__.py": "", "drafter/step.py": STEP})
     findings, outside = _lint(root, bare)
-    assert [(f["rule"], f["line"], f["data"]["stale_fields"]) for f in findings] == [("IC004", 5, ["seq_lens_cpu"])]
+    assert [(f["rule"], f["line"]) for f in findings] == [("IC004", 5)]
+    stale = findings[0]["data"]["stale_fields"]
+    assert {"_seq_lens_cpu", "seq_lens_sum", "out_cache_loc"} <= set(stale), stale
+    evidence = findings[0]["data"]["derivations"]
+    assert evidence["seq_lens_sum"]["where"].startswith("sglang 0.5.23 sglang/")
     assert outside["sglang.srt.model_executor.forward_batch_info"] == "bundled model (sglang 0.5.23)"
 
 
@@ -149,78 +154,20 @@ def test_without_the_model_the_same_step_is_not_reported(tmp_path, bare):
 
 
 def test_the_fixed_step_is_clean_and_sglang_names_join_through_the_table(tmp_path, bare):
-    root = _write(tmp_path / "plugin", {"drafter/__init__.py": "", "drafter/step.py": FIXED})
+    # every field learned as derived from `seq_lens` brought along: clean
+    fixed = FIXED + "".join(
+        f"    fb.{name} = None\n" for name in ("seq_lens_sum", "out_cache_loc", "orig_seq_lens", "extend_prefix_lens")
+    )
+    root = _write(tmp_path / "plugin", {"drafter/__init__.py": "", "drafter/step.py": fixed})
     findings, _ = _lint(root, bare)
     assert findings == []
-    # `seq_lens_sum` is not in the default table (the derivations learned from the wheel will
-    # add it); set there, it is read from the model like any field
+    # a field nothing shows derived is named through the table, and read from the model
     (root / "pyproject.toml").write_text(
         '[tool.invariant-check.options.IC004]\n'
-        'derived-fields = { seq_lens = ["seq_lens_cpu", "seq_lens_sum", "max_seq_len"] }\n'
+        'derived-fields = { seq_lens = ["seq_lens_cpu", "max_seq_len", "input_ids"] }\n'
     )
     findings, _ = _lint(root, bare)
-    assert [(f["line"], f["data"]["stale_fields"]) for f in findings] == [(5, ["seq_lens_sum"])]
-
-
-# -- the generator on a small SGLang-shaped release of our own ----------------------------------------
-
-
-RELEASE = {
-    "sglang/__init__.py": "",
-    "sglang/srt/__init__.py": "",
-    "sglang/srt/model_executor/forward_batch_info.py": '''
-        from dataclasses import dataclass
-
-        @dataclass
-        class Batch:
-            """A batch: `seq_lens` with the batch fields, none of them in IC004's table."""
-            seq_lens: object
-            seq_lens_sum: int
-            out_cache_loc: object = None
-
-            @property
-            def total(self):
-                return self.seq_lens_sum
-
-            def grow(self, n):
-                self.seq_lens += n
-                self.seq_lens_sum += n * len(self.seq_lens)
-
-        class Runner:
-            def forward(self, batch: Batch):
-                return run(batch)
-    ''',
-    "sglang/srt/speculative/__init__.py": "",
-    "sglang/srt/speculative/spec_info.py": '''
-        class SpecInput:
-            def __init__(self, kind):
-                self.kind = kind
-
-            def filter_batch(self, idx):
-                return pick(self, idx)
-    ''',
-    "sglang/srt/speculative/eagle_info.py": '''
-        from sglang.srt.speculative.spec_info import SpecInput
-
-        class DraftInput(SpecInput):
-            hidden: object = None
-
-            def merge(self, other):
-                self.hidden = cat(self.hidden, other.hidden)
-    ''',
-    "sglang/srt/models/__init__.py": "",
-    "sglang/srt/models/llama.py": '''
-        from sglang.srt.model_executor.forward_batch_info import Batch
-
-        class Llama:
-            def forward(self, ids, batch: Batch):
-                return self.layers(ids, batch)
-
-        class Indexer:
-            def __init__(self):
-                self.topk_indices_buffer = make()
-    ''',
-}
+    assert [(f["line"], f["data"]["stale_fields"]) for f in findings] == [(5, ["input_ids"])]
 
 
 def test_the_generator_models_an_sglang_release(tmp_path):

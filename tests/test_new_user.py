@@ -64,13 +64,16 @@ def test_sarif_says_which_file_could_not_be_linted_and_validates(tmp_path):
 
 # -- 2. fixes hidden for want of --unsafe-fixes ----------------------------------------------
 
+# (the DCP lengths recomputed by a helper: a field no fix can compute)
 ONE_LINE_REPLACE = textwrap.dedent("""\
     from vllm.v1.attention.backends.utils import CommonAttentionMetadata
+
+    from .dcp import local_lengths
 
 
     def extend_all_queries_by_N(common_attn_metadata: CommonAttentionMetadata, N):
         cad = common_attn_metadata
-        new_cad = cad.replace(seq_lens=cad.seq_lens + N, max_seq_len=cad.max_seq_len + N, _seq_lens_cpu=None)
+        new_cad = cad.replace(seq_lens=cad.seq_lens + N, max_seq_len=cad.max_seq_len + N, dcp_local_seq_lens=local_lengths(cad, N))
         return new_cad
 """)
 

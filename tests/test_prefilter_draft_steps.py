@@ -69,7 +69,6 @@ ADVANCES = [
     "torch.add(md.seq_lens, 1, out=md.seq_lens)",
     "torch.clamp(md.seq_lens[:n] + 1, max=cap, out=md.seq_lens[:n])",
     "new = md.seq_lens + 1\n    md.seq_lens = new",
-    "md.positions += 1",
 ]
 
 

@@ -741,11 +741,16 @@ def covered(
     resolve: Resolver,
     summaries: Summaries,
     forward_only: bool = False,
+    filled_by_readers: bool = False,
 ) -> bool:
     """Whether `obj.field` (or its backing store) is written on every path through the step
     of event `idx` (the iteration of its innermost loop, else the function): before it on
     every path into it, or after it on every path out of it. A test of the field's presence
-    (`obj.field is not None`) is taken as true: without the field nothing is stale."""
+    (`obj.field is not None`) is taken as true: without the field nothing is stale.
+
+    `filled_by_readers`: the field is a memo that the object's readers fill (a builder asking
+    `token_to_req_indices()`): an update before the event counts only if the object was not
+    handed on in between."""
     names = variants(field)
     memo: dict[int, bool] = {}
 
@@ -765,6 +770,12 @@ def covered(
             return "fix"
         return None
 
+    def stop_backward(node):
+        got = stop(node)
+        if got is None and node.index != idx and receives(node, obj, aliases):
+            return "end"  # a reader had the object after the update: it may have filled the memo
+        return got
+
     def stop_forward(node):
         # after the advance, the object must not be handed on (to a build, a forward, a
         # helper) before the update: that call reads the stale field
@@ -776,7 +787,8 @@ def covered(
     known = flow.known_at(idx)
     assume = presence(obj, names, aliases)
     for forward in (True,) if forward_only else (True, False):
-        if "end" not in flow.search(idx, forward, stop_forward if forward else stop, known, assume):
+        back = stop_backward if filled_by_readers else stop
+        if "end" not in flow.search(idx, forward, stop_forward if forward else back, known, assume):
             return True
     return False
 
@@ -965,6 +977,36 @@ class Moved(Need):
 
     def describe(self) -> str:
         return "an attribute " + " | ".join(f"`.{f}`" for f in self.fields) + " moved by `+`/`-`/`add_`"
+
+
+class Stored(Need):
+    """An attribute named in `fields` assigned or updated in place (`x.f = v`, `x.f[:n] = v`,
+    `x.f += v`, `x.f.copy_(v)` and the other in-place methods): every write `store_writes` /
+    `call_writes` see is spelled so."""
+
+    cost = 5
+
+    def __init__(self, fields) -> None:
+        self.fields = tuple(fields)
+        body = "|".join(re.escape(f) for f in sorted(self.fields, key=len, reverse=True))
+        gap = r"(?:\s|\\\n)*"
+        self._rx = re.compile(
+            rf"\.{gap}(?:{body}){gap}(?:\[[^\]]*\]{gap})?(?:[-+*/]?=(?!=)|\.{gap}[a-z][a-z_]*_{gap}\()" if body else r"(?!)"
+        )
+        self._bytes = tuple(f.encode() for f in self.fields)
+
+    def quick(self, data: bytes, lower: bytes) -> bool:
+        if not any(b in data for b in self._bytes):
+            return False
+        if not data.isascii():
+            return True
+        return self.holds(ascii_text(data))
+
+    def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
+        return self._rx.search(text, start, len(text) if end is None else end) is not None
+
+    def describe(self) -> str:
+        return "an attribute " + " | ".join(f"`.{f}`" for f in self.fields) + " written"
 
 
 class Passed(Need):

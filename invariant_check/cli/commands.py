@@ -300,6 +300,28 @@ def _explain(rule, fmt="auto", pager=True, examples=False):
 
 
 @main.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=str))
+@click.option("--class", "class_name", metavar="NAME", help="Only the fields of this class (defined in PATHS, or named by the releases' evidence).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def derivations(paths, class_name, fmt):
+    """Print the derived fields the rules know: what each is computed from, and the line that shows it.
+
+    Without PATHS: what was learned from the vLLM releases the bundled models come from. With
+    PATHS: what those files show too (memos, constructors, `replace(...)`, fields advanced
+    together), as IC004 learns it from the code it reads."""
+    _guarded(_derivations, list(paths), class_name, fmt)
+
+
+def _derivations(paths, class_name, fmt):
+    from .derivations import InputError, run
+
+    try:
+        run(paths, class_name, fmt)
+    except InputError as exc:
+        _fail(str(exc))
+
+
+@main.command()
 @click.option("--stdio", is_flag=True, help="Talk over standard input/output (the only transport; for clients that pass it).")
 def server(stdio):
     """Run the language server (LSP) over standard input/output; needs the `server` extra."""

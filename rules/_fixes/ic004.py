@@ -41,23 +41,27 @@ _KNOWN = ("max_seq_len", "seq_lens_cpu", "seq_lens_cpu_upper_bound")
 def build(rule, report, view) -> Fix | None:
     data = report.data or {}
     stale = list(data.get("stale_fields") or [])
+    memos = set(data.get("memos") or ())
     field = data.get("advanced")
-    if field != "seq_lens" or not stale or any(not _known(d) for d in stale):
+    if field != "seq_lens" or not stale or any(not _known(d) and d not in memos for d in stale):
         return None
+    if len(data.get("changed") or [field]) > 1:
+        return None  # several fields changed together: the update follows the last of them
     func = view.node
     ed = Editor(view.source)
     node = report.node
     if isinstance(node, ast.keyword) or (isinstance(node, ast.Call) and any(kw.arg == field for kw in node.keywords)):
-        return _in_the_copy(ed, func, node, field, stale, view)
+        return _in_the_copy(ed, func, node, field, stale, view, memos)
     if data.get("callers"):
         return None  # the step goes on in the callers: the update belongs there
-    return _after_the_advance(ed, func, node, field, stale, view)
+    return _after_the_advance(ed, func, node, field, stale, view, memos)
 
 
 # -- an advance in place ----------------------------------------------------------------------------
 
 
-def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: list[str], view) -> Fix | None:
+def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: list[str], view,
+                       memos: set[str] = frozenset()) -> Fix | None:
     target, amount = _advance_parts(node, field)
     if target is None or amount is None:
         return None
@@ -74,7 +78,9 @@ def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, sta
     indent = ed.indent_of(anchor) or ""
     lines = [f"# keep the fields derived from `{field}` in sync"]
     for d in stale:
-        if d == "max_seq_len":
+        if d in memos:
+            lines.append(f"{x}.{d} = None")  # the memo's method fills it again from the new lengths
+        elif d == "max_seq_len":
             if cap:
                 lines += wrapped_call(f"{x}.max_seq_len = ", "min", [f"{x}.max_seq_len + {k}", cap], indent).split("\n")
             else:
@@ -87,7 +93,8 @@ def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, sta
     if edit is None:
         return None
     names = ", ".join(f"`{d}`" for d in stale)
-    return Fix(UNSAFE, f"Advance {names} of `{x}` right after `{x}.{field}`", (edit,))
+    verb = "Reset" if set(stale) <= memos else "Advance"
+    return Fix(UNSAFE, f"{verb} {names} of `{x}` right after `{x}.{field}`", (edit,))
 
 
 def _advance_parts(node: ast.AST, field: str) -> tuple[ast.AST | None, ast.AST | None]:
@@ -189,7 +196,8 @@ def _shadow_name(view, func: ast.AST, x: str) -> str:
 # -- a copy ------------------------------------------------------------------------------------------
 
 
-def _in_the_copy(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: list[str], view) -> Fix | None:
+def _in_the_copy(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: list[str], view,
+                 memos: set[str] = frozenset()) -> Fix | None:
     call = _call_of(func, node)
     if call is None:
         return None
@@ -212,7 +220,9 @@ def _in_the_copy(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: li
     edits: list[Edit] = []
     new: list[str] = []
     for d in stale:
-        if d == "max_seq_len":
+        if d in memos:
+            name, value = d, "None"
+        elif d == "max_seq_len":
             name, value = d, (f"min(\n    {x}.max_seq_len + {k}, {cap}\n)" if cap else f"{x}.max_seq_len + {k}")
         elif _plain(d) == "seq_lens_cpu":
             name = next((n for n in ("_seq_lens_cpu", "seq_lens_cpu") if n in given), "_seq_lens_cpu")

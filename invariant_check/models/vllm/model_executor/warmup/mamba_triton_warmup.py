@@ -2,3 +2,13 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+import torch
+
+
+def _has_mamba_style_cache(runner: 'GPUModelRunner') -> bool:
+    ...
+
+
+@torch.inference_mode()
+def mamba_triton_warmup(runner: 'GPUModelRunner') -> None:
+    ...

@@ -2,3 +2,9 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+import torch
+
+
+@torch.inference_mode()
+def qwen_triton_warmup(runner: 'GPUModelRunner', model_config: 'ModelConfig') -> None:
+    ...

@@ -2,3 +2,13 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+import torch
+
+
+def _warm_mrope(runner: 'GPUModelRunner', model: torch.nn.Module) -> None:
+    ...
+
+
+@torch.inference_mode()
+def qwen_vl_triton_warmup(runner: 'GPUModelRunner') -> None:
+    ...

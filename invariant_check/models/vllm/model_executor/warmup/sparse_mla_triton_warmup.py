@@ -2,3 +2,21 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+import torch
+
+
+def _hf_config_int(runner: 'GPUModelRunner', name: str, default: int) -> int:
+    ...
+
+
+def _has_attention_backend(runner: 'GPUModelRunner', backend_names: frozenset[str]) -> bool:
+    ...
+
+
+@torch.inference_mode()
+def sparse_mla_triton_warmup(runner: 'GPUModelRunner', num_tokens: int, *, compress_ratios: tuple[int, ...], combine_topk_swa_cases: tuple[tuple[int, int, int, int], ...]=()) -> None:
+    ...
+
+
+def deepseek_v4_sparse_triton_warmup(runner: 'GPUModelRunner', num_tokens: int) -> None:
+    ...

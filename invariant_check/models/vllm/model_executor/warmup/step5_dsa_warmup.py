@@ -2,3 +2,4 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner
+from vllm.v1.worker.gpu.warmup import run_mixed_prefill_decode_warmup

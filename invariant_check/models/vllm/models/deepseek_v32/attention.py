@@ -9,6 +9,7 @@ from vllm.config import CUDAGraphMode
 from vllm.config import CacheConfig
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.attention import MLAAttention
+from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
 from vllm.model_executor.layers.layernorm import LayerNorm
 from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.linear import ColumnParallelLinear

@@ -2,4 +2,5 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
+from vllm.v1.worker.gpu.warmup import warmup_kernels
 from vllm.v1.worker.gpu_model_runner import GPUModelRunner

@@ -8,12 +8,6 @@ from vllm.v1.worker.mm_encoder_model_runner import MMEncoderModelRunner
 import torch
 
 
-class XPUModelRunner(GPUModelRunner):
-
-    def __init__(self, vllm_config: VllmConfig, device: torch.device):
-        ...
-
-
 class XPUModelRunnerV2(GPUModelRunnerV2):
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device):

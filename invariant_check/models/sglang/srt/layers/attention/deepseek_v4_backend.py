@@ -30,3 +30,15 @@ class DSV4RawVerifyMetadata:
         self.extend_start_loc = other.extend_start_loc
         self.verify_lens = other.verify_lens
         self.total_verify_tokens = other.total_verify_tokens
+
+
+@dataclass
+class DSV4RawDecodeMetadata:
+    req_pool_indices: torch.Tensor
+    seq_lens: torch.Tensor
+    out_cache_loc: torch.Tensor
+
+    def copy_(self, other: DSV4RawDecodeMetadata):
+        self.req_pool_indices.copy_(other.req_pool_indices)
+        self.seq_lens.copy_(other.seq_lens)
+        self.out_cache_loc.copy_(other.out_cache_loc)

@@ -7,6 +7,7 @@ from typing import ClassVar
 from typing import Generic
 from vllm.distributed import get_tensor_model_parallel_world_size
 from vllm.model_executor.layers.attention.mla_attention import MLACommonBaseImpl
+from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
 from vllm.model_executor.layers.attention.mla_attention import MLACommonPrefillMetadata
 from vllm.model_executor.layers.attention.mla_attention import get_mla_dims
 from vllm.utils.flashinfer import has_flashinfer

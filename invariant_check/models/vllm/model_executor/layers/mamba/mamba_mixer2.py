@@ -3,4 +3,5 @@
 
 from vllm.model_executor.custom_op import CustomOp
 from vllm.model_executor.custom_op import PluggableLayer
+from vllm.model_executor.layers.mamba.abstract import MambaBase
 from vllm.v1.attention.backend import AttentionMetadata

@@ -2,6 +2,7 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.compilation.breakable_cudagraph import eager_break_during_capture
+from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
 from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
 from vllm.models.deepseek_v32.attention import DeepseekV32Attention
 from vllm.models.deepseek_v32.attention import DeepseekV32Indexer

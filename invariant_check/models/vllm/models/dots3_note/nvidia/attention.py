@@ -4,13 +4,17 @@
 from typing import ClassVar
 from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
 from vllm.model_executor.layers.attention.mla_attention import QueryLenSupport
+from vllm.platforms import current_platform
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import AttentionLayer
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.attention.backends.mla.flashattn_mla_sparse import FlashAttnMLASparseImpl
 from vllm.v1.attention.backends.mla.flashattn_mla_sparse import FlashAttnMLASparseMetadata
+from vllm.v1.attention.backends.mla.triton_mla import TritonMLAImpl
 from vllm.v1.attention.backends.mla.triton_mla import TritonMLAMetadataBuilder
+from vllm.v1.kv_cache_interface import is_quantized_kv_cache
 import torch
+import vllm._custom_ops as ops
 
 
 class Dots3NoteMLAMetadataBuilder(TritonMLAMetadataBuilder):
@@ -28,6 +32,50 @@ class Dots3NoteMLAMetadataBuilder(TritonMLAMetadataBuilder):
         ...
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool=False) -> MLACommonMetadata:
+        ...
+
+
+class Dots3NoteTritonMLAImpl(TritonMLAImpl):
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, **mla_args) -> None:
+        super().__init__(num_heads=num_heads, head_size=head_size, scale=scale, num_kv_heads=num_kv_heads, alibi_slopes=alibi_slopes, sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=logits_soft_cap, attn_type=attn_type, kv_sharing_target_layer_name=kv_sharing_target_layer_name, **mla_args)
+        self.sliding_window = sliding_window
+
+    def _forward_swa_mqa(self, q: torch.Tensor, kv_cache: torch.Tensor, decode: Dots3NoteDecodeMetadata, k_scale: torch.Tensor) -> tuple[torch.Tensor, None]:
+        ...
+
+    def forward_mha(self, q: torch.Tensor, kv_c_normed: torch.Tensor, k_pe: torch.Tensor, kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: MLACommonMetadata, k_scale: torch.Tensor, output: torch.Tensor, output_scale: torch.Tensor | None=None) -> None:
+        prefill = attn_metadata.prefill
+        sliding = getattr(prefill, 'sliding_window', None)
+        if prefill is None or sliding is None:
+            return super().forward_mha(q, kv_c_normed, k_pe, kv_c_and_k_pe_cache, attn_metadata, k_scale, output, output_scale)
+        assert output_scale is None
+        assert isinstance(prefill.prefill_backend, Dots3NoteFlashAttnPrefillBackend)
+        use_fp8_prefill = prefill.q_data_type == current_platform.fp8_dtype()
+        output = output.view(-1, self.num_heads, self.v_head_dim)
+        for chunk in sliding.chunks:
+            toks = chunk.num_kv_tokens
+            workspace = sliding.workspace
+            block_table = prefill.block_table[chunk.req_start:chunk.req_end]
+            if is_quantized_kv_cache(self.kv_cache_dtype) and (not use_fp8_prefill):
+                ops.gather_and_maybe_dequant_cache(src_cache=kv_c_and_k_pe_cache, dst=workspace, block_table=block_table, cu_seq_lens=chunk.cu_seq_lens_k, token_to_seq=chunk.token_to_seq, num_tokens=toks, kv_cache_dtype=self.kv_cache_dtype, scale=k_scale, seq_starts=chunk.starts)
+            else:
+                ops.cp_gather_cache(src_cache=kv_c_and_k_pe_cache, dst=workspace, block_table=block_table, cu_seq_lens=chunk.cu_seq_lens_k, batch_size=chunk.req_end - chunk.req_start, seq_starts=chunk.starts)
+            kv_c = workspace[:toks, :self.kv_lora_rank].contiguous()
+            weight_dtype = self.kv_b_proj.weight.dtype if hasattr(self.kv_b_proj, 'weight') else self.kv_b_proj.params_dtype
+            if (use_fp8_prefill or weight_dtype != current_platform.fp8_dtype()) and weight_dtype != torch.uint8:
+                kv_c = kv_c.to(weight_dtype)
+            k_pe_chunk = workspace[:toks, self.kv_lora_rank:].unsqueeze(1)
+            kv_nope = self.kv_b_proj(kv_c)[0].view(-1, self.num_heads, self.qk_nope_head_dim + self.v_head_dim)
+            if use_fp8_prefill:
+                kv_nope = kv_nope.to(prefill.q_data_type)
+                k_pe_chunk = k_pe_chunk.to(prefill.q_data_type)
+            k_nope, v = kv_nope.split([self.qk_nope_head_dim, self.v_head_dim], dim=-1)
+            k = self._concat_k_nope_k_pe(k_nope, k_pe_chunk)
+            chunk_output = prefill.prefill_backend.run_sliding_window(q=q[chunk.query_start:chunk.query_end], k=k, v=v, cu_seq_lens_q=chunk.cu_seq_lens_q, cu_seq_lens_k=chunk.cu_seq_lens_k, max_seq_len_q=chunk.max_seq_len_q, max_seq_len_k=chunk.max_seq_len_k, sliding_window=self.sliding_window)
+            output[chunk.query_start:chunk.query_end].copy_(chunk_output[..., :self.v_head_dim])
+
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: MLACommonMetadata, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
         ...
 
 

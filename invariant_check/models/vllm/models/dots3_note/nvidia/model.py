@@ -4,11 +4,23 @@
 from collections.abc import Iterable
 from collections.abc import Iterator
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention import MLAAttention
 from vllm.model_executor.layers.fused_embed_norm import has_full_vocab_on_rank
 from vllm.model_executor.models.utils import make_empty_intermediate_tensors_factory
 from vllm.models.deepseek_v32.nvidia.model import DeepseekV32Model
 from vllm.platforms import current_platform
+from vllm.v1.kv_cache_interface import MLAAttentionSpec
 import torch
+
+
+class Dots3NotePaddedMLAAttention(MLAAttention):
+
+    def __init__(self, *args, physical_head_size: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.physical_head_size = physical_head_size
+
+    def get_kv_cache_spec(self, vllm_config: VllmConfig) -> MLAAttentionSpec:
+        ...
 
 
 class Dots3NoteModel(DeepseekV32Model):

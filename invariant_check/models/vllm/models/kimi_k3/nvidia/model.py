@@ -2,4 +2,5 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.model_executor.models.interfaces import EagleModelMixin
+from vllm.models.kimi_k3.nvidia.mla import MultiHeadLatentAttention
 from vllm.v1.worker.gpu.model_states.interface import ModelState

@@ -3,6 +3,7 @@
 
 from typing import Any
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends.mamba_attn import BaseMambaAttentionMetadata
 from vllm.v1.attention.backends.mamba_attn import BaseMambaAttentionMetadataBuilder
 
 

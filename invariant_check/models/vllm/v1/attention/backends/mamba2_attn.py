@@ -5,6 +5,7 @@ from typing import Any
 from vllm.config import VllmConfig
 from vllm.model_executor.layers.mamba.checkpoint import MambaPrefillCheckpointBuilder
 from vllm.v1.attention.backend import CommonAttentionMetadata
+from vllm.v1.attention.backends.mamba_attn import BaseMambaAttentionMetadata
 from vllm.v1.attention.backends.mamba_attn import BaseMambaAttentionMetadataBuilder
 from vllm.v1.kv_cache_interface import KVCacheSpec
 from vllm.v1.kv_cache_interface import MambaSpec

@@ -35,6 +35,7 @@ from vllm.v1.worker.gpu.block_table import BlockTables
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.cudagraph_utils import ModelCudaGraphManager
 from vllm.v1.worker.gpu.cudagraph_utils import has_compiled_submodule
+from vllm.v1.worker.gpu.cudagraph_utils import profile_cudagraph_memory as _profile_cudagraph_memory
 from vllm.v1.worker.gpu.ec_connector import get_ec_connector
 from vllm.v1.worker.gpu.eplb_utils import EPLBController
 from vllm.v1.worker.gpu.eplb_utils import step_eplb_after

@@ -3,6 +3,8 @@
 
 from typing import ClassVar
 from vllm.config import VllmConfig
+from vllm.model_executor.layers.attention.mla_attention import MLACommonImpl
+from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
 from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadataBuilder
 from vllm.model_executor.layers.attention.mla_attention import QueryLenSupport
 from vllm.v1.attention.backend import AttentionCGSupport

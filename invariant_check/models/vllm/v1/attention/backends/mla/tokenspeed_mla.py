@@ -2,10 +2,12 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from typing import ClassVar
+from vllm.model_executor.layers.attention.mla_attention import MLACommonImpl
 from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadata
 from vllm.model_executor.layers.attention.mla_attention import MLACommonMetadataBuilder
 from vllm.model_executor.layers.attention.mla_attention import QueryLenSupport
 from vllm.v1.attention.backend import AttentionCGSupport
+from vllm.v1.attention.backend import AttentionLayer
 import torch
 
 
@@ -17,3 +19,21 @@ class TokenspeedMLAMetadataBuilder(MLACommonMetadataBuilder[MLACommonMetadata]):
 
     def __init__(self, kv_cache_spec: 'AttentionSpec', layer_names: list[str], vllm_config: 'VllmConfig', device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device, MLACommonMetadata, supports_dcp_with_varlen=True)
+
+
+class TokenspeedMLAImpl(MLACommonImpl[MLACommonMetadata]):
+    can_return_lse_for_decode: bool = True
+    supports_dcp: bool = True
+    supports_mtp_with_cp_non_trivial_interleave_size: bool = True
+    lse_base_on_e: bool = False
+
+    def __init__(self, num_heads: int, head_size: int, scale: float, num_kv_heads: int, alibi_slopes: list[float] | None, sliding_window: int | None, kv_cache_dtype: str, logits_soft_cap: float | None, attn_type: str, kv_sharing_target_layer_name: str | None, **mla_args) -> None:
+        super().__init__(num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window, kv_cache_dtype, logits_soft_cap, attn_type, kv_sharing_target_layer_name, **mla_args)
+        self._min_split_kv = config.attention_config.tokenspeed_mla_min_split_kv
+        self._max_decode_tokens = 0
+        self.softmax_scale: float | None = None
+        self.output_scale: float | None = None
+        self._parallel_config = config.parallel_config
+
+    def forward_mqa(self, q: torch.Tensor | tuple[torch.Tensor, torch.Tensor], kv_c_and_k_pe_cache: torch.Tensor, attn_metadata: MLACommonMetadata, layer: AttentionLayer) -> tuple[torch.Tensor, torch.Tensor | None]:
+        ...

@@ -2,3 +2,33 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInferMLAAttention
+from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
+from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
+import torch
+
+
+class SparseIndexTables:
+
+    def __init__(self, attns: list[DeepseekV4FlashInferMLAAttention]) -> None:
+        self.keys = {attn: sparse_index_key(attn) for attn in attns}
+        self.followers = {attn: tuple(run[i + 1:]) for run in runs for i, attn in enumerate(run)}
+        self.stream = torch.cuda.Stream()
+        self._events = [torch.cuda.Event() for _ in range(max(map(len, runs), default=1) - 1)]
+        self._tables: dict[tuple[int, str], SparseIndexTable] = {}
+        self._pending: dict[tuple[int, str], torch.cuda.Event] = {}
+        self._forked = False
+
+    def reset(self) -> None:
+        ...
+
+    def lookup(self, attn: DeepseekV4FlashInferMLAAttention, kv_cache: torch.Tensor | None, swa_k_cache: torch.Tensor, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        ...
+
+    def join(self) -> None:
+        ...
+
+    def _store(self, swa_metadata: 'DeepseekSparseSWAMetadata', key: str, table: SparseIndexTable) -> None:
+        ...
+
+    def _fork(self, attn: DeepseekV4FlashInferMLAAttention, key: str, kv_cache: torch.Tensor | None, swa_metadata: 'DeepseekSparseSWAMetadata', attn_metadata: DeepseekV4FlashMLAMetadata | None, swa_only: bool) -> None:
+        ...

@@ -4,3 +4,4 @@
 from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
 from vllm.models.deepseek_v41.attention import DeepseekV4Indexer
 from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInferMLAAttention
+from vllm.models.deepseek_v41.nvidia.specialized_decode.attention.sparse_mla import SparseIndexTables

@@ -66,3 +66,11 @@ def prepare_input_buffers(num_reqs: int, input_batch: InputBatch, cached_draft_i
 
 def prepare_input_hidden_states_and_embeddings(num_reqs: int, max_query_len: int, hidden_states: torch.Tensor, target_hidden_states: torch.Tensor, cached_target_hidden_states: torch.Tensor | None, input_embeds: torch.Tensor | None, cached_draft_input_embeds: torch.Tensor | None, input_batch: InputBatch, input_buffers: InputBuffers, num_rejected: torch.Tensor, num_speculative_steps: int) -> None:
     ...
+
+
+def cache_inputs(input_buffers: InputBuffers, draft_input_embeds: torch.Tensor | None, draft_input_hidden_states: torch.Tensor, cached_draft_input_ids: torch.Tensor, cached_draft_input_embeds: torch.Tensor | None, cached_target_hidden_states: torch.Tensor, last_token_indices: torch.Tensor, idx_mapping: torch.Tensor, num_reqs: int, num_speculative_steps: int, use_input_embeds: bool) -> None:
+    ...
+
+
+def update_draft_inputs(draft_tokens: torch.Tensor, draft_embeds: torch.Tensor | None, input_buffers: InputBuffers, input_embeds: torch.Tensor | None, last_token_indices: torch.Tensor, idx_mapping: torch.Tensor, num_reqs: int) -> None:
+    ...

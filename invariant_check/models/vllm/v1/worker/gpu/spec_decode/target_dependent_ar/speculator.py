@@ -80,3 +80,11 @@ class TargetDependentARSpeculator(DraftModelSpeculator):
 
 def prepare_prefill_inputs(last_token_indices: torch.Tensor, current_draft_step: torch.Tensor, input_buffers: InputBuffers, input_batch: InputBatch, num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor, next_prefill_tokens: torch.Tensor, max_num_reqs) -> torch.Tensor:
     ...
+
+
+def prepare_decode_inputs(draft_tokens: torch.Tensor, target_seq_lens: torch.Tensor, num_rejected: torch.Tensor, input_buffers: InputBuffers, sample_src_positions: torch.Tensor, max_model_len: int, max_num_reqs: int, advance_draft_positions: bool=True):
+    ...
+
+
+def update_draft_inputs(draft_tokens: torch.Tensor, current_draft_step: torch.Tensor, hidden_states: torch.Tensor, output_draft_tokens: torch.Tensor, next_input_hidden_states: torch.Tensor, input_buffers: InputBuffers, sample_src_positions: torch.Tensor, num_reqs: int, max_model_len: int, num_speculative_steps: int, advance_draft_positions: bool=True):
+    ...

@@ -1,0 +1,596 @@
+"""Derived state as the code defines it: which fields of a metadata object are computed from
+which other fields, learned from the code, with the line that shows it.
+
+Three kinds of evidence, each read from source, never from a list:
+
+- `memo`: a method of the class fills `self._x` from other fields and returns it once set
+  (`if self._x is None: self._x = self.seq_lens - q; return self._x`). The memo is exact:
+  any write of a field it was filled from (an advance, a decrement, a new layout) leaves it
+  stale until it is set to None or filled again. A property that caches into its backing
+  field (`seq_lens_cpu` / `_seq_lens_cpu`) is such a memo.
+- `built`: a constructor, a factory or a `replace(...)` sets one keyword from an expression of
+  the value it gives another (`seq_lens=s, max_seq_len=int(s.max())`,
+  `dcp_local_seq_lens=get_dcp_local_seq_lens(s, ...)` with `seq_lens=s`), directly or through
+  locals bound once; or a statement sets `x.a` from `x.b` (`md.max_seq_len = int(md.seq_lens.max())`).
+- `advanced-with`: one draft step advances `x.b` and then `x.a` by the same spelled amount
+  (`seq_lens += 1` ... `seq_lens_cpu_upper_bound += 1`), or one `replace(...)` does.
+
+A `built` or `advanced-with` field is kept as a bound by the code that maintains it: it goes
+stale when its source advances, not when it shrinks (a decrement leaves `max_seq_len` a valid
+upper bound). A memo goes stale on any write of a source.
+
+`learn(text)` reads one module's text (pure, for the generator and the cache); `memos(info)`
+reads one class; `table(project)` joins what the bundled models learned from the releases
+(`models/DERIVATIONS.json`), the project's modules and the configuration.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from .facts import last_name, ref, walk_local
+
+FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+KINDS = ("memo", "built", "advanced-with", "configured")
+
+
+@dataclass(frozen=True)
+class Derivation:
+    """`field` is computed from `sources` (`kind`, shown at `where`: `path:line`, by `how`)."""
+
+    field: str
+    sources: tuple[str, ...]
+    kind: str
+    where: str
+    how: str
+    owner: str | None = None  # the class, where the evidence names one
+    function: str = ""  # the function the evidence sits in
+    lead: bool = False  # advanced-with: the source was advanced first
+
+    @property
+    def exact(self) -> bool:
+        """A memo returns the value it was filled with: any write of a source stales it."""
+        return self.kind == "memo"
+
+    def to_json(self) -> dict:
+        out = {"field": self.field, "sources": list(self.sources), "kind": self.kind, "where": self.where, "how": self.how}
+        if self.owner:
+            out["owner"] = self.owner
+        if self.function:
+            out["function"] = self.function
+        if self.lead:
+            out["lead"] = True
+        return out
+
+    @classmethod
+    def from_json(cls, raw: dict) -> "Derivation":
+        return cls(raw["field"], tuple(raw["sources"]), raw["kind"], raw["where"], raw["how"], raw.get("owner"), raw.get("function", ""), raw.get("lead", False))
+
+
+# -- memos: one class's methods ----------------------------------------------------------------
+
+
+def class_memos(node: ast.ClassDef, data_fields: Iterable[str], where: str, owner: str | None = None) -> list[Derivation]:
+    """Memos of a class: a method that tests `self._x` (against None, or for truth), fills it
+    from other data fields and returns it. `data_fields`: the class's data (dataclass fields,
+    attributes its methods set), `where`: the file as it should be shown."""
+    fields = set(data_fields)
+    out: list[Derivation] = []
+    for item in node.body:
+        if isinstance(item, FUNCS):
+            out.extend(method_memos(item, fields, where, owner or node.name))
+    return out
+
+
+def method_memos(item: ast.AST, fields: set[str], where: str, owner: str | None) -> list[Derivation]:
+    if not item.args.args:
+        return []
+    me = item.args.args[0].arg
+    filled = _filled_self_attrs(item, me)
+    if not filled:
+        return []
+    tested = _tested_self_attrs(item, me)
+    read = _read_self_attrs(item, me)
+    returned = _returned_self_attrs(item, me)
+    out = []
+    for attr, line in filled.items():
+        if attr not in tested or attr not in returned:
+            continue
+        sources = sorted(a for a in read if a != attr and a in fields and a not in filled)
+        if not sources:
+            continue
+        prop = any(last_name(d) == "property" for d in item.decorator_list)
+        how = (f"property `{item.name}` caches it" if prop else f"`{item.name}()` fills it") + " and returns it once set"
+        out.append(Derivation(attr, tuple(sources), "memo", f"{where}:{line}", how, owner, item.name))
+    return out
+
+
+def memos_of(info) -> list[Derivation]:
+    """What a class of the project model (and its resolved bases) derives in its own methods:
+    its memos, and fields its methods set from other fields (`self.slot_mapping =
+    f(self.positions)` in `__post_init__`). Memoised."""
+    return info.project.tracker.memo(info._memo, "memos", lambda: _memos_of(info))
+
+
+def _memos_of(info) -> list[Derivation]:
+    from .fields import class_fields
+
+    fields = class_fields(info)
+    declared = {f for c in info.classes() for f in c.facts.fields}
+    out: list[Derivation] = []
+    for cls in info.classes():
+        where = cls.module.project.display(cls.module.path)
+        for name in cls.facts.methods:
+            fn = cls.module.function(f"{cls.qual}.{name}")
+            node = fn.node() if fn is not None else None
+            if node is not None:
+                # a memo the object carries: a declared field (a dataclass's), not an
+                # attribute some service object caches for itself
+                out.extend(d for d in method_memos(node, fields, where, cls.name) if d.field in declared)
+                me = node.args.args[0].arg if node.args.args else None
+                for sub in walk_local(node):
+                    if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and me is not None and ref(getattr(sub.targets[0], "value", None)) == me:
+                        for d in _assigned_derivation(sub, where, f"{cls.name}.{name}"):
+                            if d.field in fields and set(d.sources) & fields:
+                                out.append(d)
+    return out
+
+
+def _filled_self_attrs(fn: ast.AST, me: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for sub in walk_local(fn):
+        if isinstance(sub, (ast.Assign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            value = sub.value
+            if value is None or (isinstance(value, ast.Constant) and value.value is None):
+                continue  # an invalidation, not a fill
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me:
+                    out.setdefault(t.attr, sub.lineno)
+    return out
+
+
+def _tested_self_attrs(fn: ast.AST, me: str) -> set[str]:
+    """Attributes tested for being set: `self._x is None`, `self._x is not None`, `not self._x`, `self._x`."""
+    out: set[str] = set()
+
+    def own(expr: ast.AST) -> str | None:
+        if isinstance(expr, ast.Attribute) and isinstance(expr.value, ast.Name) and expr.value.id == me:
+            return expr.attr
+        return None
+
+    for sub in walk_local(fn):
+        if not isinstance(sub, (ast.If, ast.IfExp)):
+            continue
+        test = sub.test
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            test = test.operand
+        name = own(test)
+        if name is None and isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot)):
+            right = test.comparators[0]
+            if isinstance(right, ast.Constant) and right.value is None:
+                name = own(test.left)
+        if name is not None:
+            out.add(name)
+    return out
+
+
+def _read_self_attrs(fn: ast.AST, me: str) -> set[str]:
+    return {
+        sub.attr
+        for sub in walk_local(fn)
+        if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Load) and isinstance(sub.value, ast.Name) and sub.value.id == me
+    }
+
+
+def _returned_self_attrs(fn: ast.AST, me: str) -> set[str]:
+    out: set[str] = set()
+    for sub in walk_local(fn):
+        if isinstance(sub, ast.Return) and sub.value is not None:
+            value = sub.value.value if isinstance(sub.value, ast.Subscript) else sub.value
+            if isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == me:
+                out.add(value.attr)
+    return out
+
+
+# -- built and advanced-with: any module's functions ------------------------------------------------
+
+
+def learn(text: str, where: str) -> list[Derivation]:
+    """Every `built` and `advanced-with` derivation the module's functions show, and the memos
+    of its classes (their data fields as the class body and its methods spell them)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return []
+    return list(learn_tree(tree, where))
+
+
+def learn_tree(tree: ast.AST, where: str) -> Iterator[Derivation]:
+    for node in ast.walk(tree):
+        if isinstance(node, FUNCS):
+            yield from function_derivations(node, where)
+        elif isinstance(node, ast.ClassDef):
+            declared = declared_fields(node)
+            yield from (d for d in class_memos(node, own_data_fields(node), where) if d.field in declared)
+
+
+def declared_fields(node: ast.ClassDef) -> set[str]:
+    """The names a class body declares with an annotation (a dataclass's fields)."""
+    return {item.target.id for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+
+
+def own_data_fields(node: ast.ClassDef) -> set[str]:
+    """The data a class body spells: annotated names, plain bindings, `self.x = ...` in its methods."""
+    out: set[str] = set()
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            out.add(item.target.id)
+        elif isinstance(item, ast.Assign):
+            out.update(t.id for t in item.targets if isinstance(t, ast.Name))
+        elif isinstance(item, FUNCS) and item.args.args:
+            me = item.args.args[0].arg
+            for sub in walk_local(item):
+                if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                    targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                    out.update(t.attr for t in targets if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me)
+    return out
+
+
+def function_derivations(fn: ast.AST, where: str) -> Iterator[Derivation]:
+    values = _single_bindings(fn)
+    qual = getattr(fn, "name", "")
+    for sub in walk_local(fn):
+        if isinstance(sub, ast.Call) and len(sub.keywords) >= 2 and _builds(sub):
+            yield from _keyword_derivations(sub, values, where, qual)
+        elif isinstance(sub, ast.Assign) and len(sub.targets) == 1:
+            yield from _assigned_derivation(sub, where, qual)
+    yield from _advanced_together(fn, where, qual)
+
+
+def _builds(call: ast.Call) -> bool:
+    """A call that makes an object from its keywords: a class (`Cls(...)`, `cls(...)`), a
+    copy (`replace(...)`) or a factory of metadata (`build_attn_metadata(...)`). A kernel or
+    a forward given several tensors by keyword is not one."""
+    name = last_name(call.func) or ""
+    return name[:1].isupper() or name in ("cls", "replace") or "metadata" in name.lower()
+
+
+def _single_bindings(fn: ast.AST) -> dict[str, ast.AST]:
+    """Local names bound exactly once by a plain assignment (parameters count as a binding),
+    with their value."""
+    count: dict[str, int] = {}
+    value: dict[str, ast.AST] = {}
+    args = getattr(fn, "args", None)
+    if args is not None:
+        for a in args.posonlyargs + args.args + args.kwonlyargs + [x for x in (args.vararg, args.kwarg) if x]:
+            count[a.arg] = 1
+    for sub in walk_local(fn):
+        if isinstance(sub, ast.Assign):
+            for t in sub.targets:
+                if isinstance(t, ast.Name):
+                    count[t.id] = count.get(t.id, 0) + 1
+                    value[t.id] = sub.value
+                elif isinstance(t, (ast.Tuple, ast.List)):
+                    for e in ast.walk(t):
+                        if isinstance(e, ast.Name):
+                            count[e.id] = count.get(e.id, 0) + 2
+        elif isinstance(sub, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+            for e in ast.walk(sub.target):
+                if isinstance(e, ast.Name):
+                    count[e.id] = count.get(e.id, 0) + 2
+        elif isinstance(sub, ast.withitem) and sub.optional_vars is not None:
+            for e in ast.walk(sub.optional_vars):
+                if isinstance(e, ast.Name):
+                    count[e.id] = count.get(e.id, 0) + 2
+    return {k: v for k, v in value.items() if count.get(k) == 1}
+
+
+# methods that hand the same values on (a view, a copy to another device or dtype)
+_VIEWS = frozenset({"to", "contiguous", "view", "reshape", "clone", "int", "long", "flatten", "squeeze", "unsqueeze", "detach", "cpu", "cuda", "pin_memory"})
+# what reads a tensor's shape, place or type, not its values
+_SHAPE = frozenset({"len", "shape", "size", "numel", "dim", "ndim", "device", "dtype", "stride", "is_cuda", "data_ptr"})
+# calls that allocate from a size: their arguments are shapes
+_ALLOC = frozenset({"zeros", "empty", "ones", "full", "arange", "zeros_like", "empty_like", "ones_like", "full_like", "_make_buffer", "make_buffer"})
+
+
+def _root(expr: ast.AST) -> str | None:
+    """The value a keyword hands over, as a dotted name, past slicing, conversions and a
+    transfer of one argument (`self.input_buffers.seq_lens[:n]`, `seq_lens.to(device)`,
+    `async_tensor_h2d(seq_lens_cpu, device)`): None for anything computed."""
+    for _ in range(4):
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _VIEWS:
+            expr = expr.func.value
+        elif isinstance(expr, ast.Call) and len(expr.args) == 1 and isinstance(expr.args[0], (ast.Name, ast.Attribute, ast.Subscript)) and last_name(expr.func) not in _SHAPE | _ALLOC:
+            expr = expr.args[0]
+        else:
+            break
+    return ref(expr) if isinstance(expr, (ast.Name, ast.Attribute)) else None
+
+
+def _value_parts(expr: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of `expr` that carry values: not slice indices (rows chosen, not computed),
+    not shapes, places or types, not the sizes given to an allocation."""
+    stack = [expr]
+    while stack:
+        cur = stack.pop()
+        yield cur
+        if isinstance(cur, ast.Subscript):
+            stack.append(cur.value)
+            continue
+        if isinstance(cur, ast.Attribute) and cur.attr in _SHAPE:
+            continue
+        if isinstance(cur, ast.Call):
+            name = last_name(cur.func)
+            if name in _SHAPE or name in _ALLOC:
+                continue
+            stack.append(cur.func)
+            stack.extend(cur.args)
+            stack.extend(k.value for k in cur.keywords if k.arg not in ("device", "dtype", "out"))
+            continue
+        if isinstance(cur, ast.Lambda):
+            continue
+        stack.extend(ast.iter_child_nodes(cur))
+
+
+def _mentions(expr: ast.AST, root: str, values: dict[str, ast.AST], depth: int = 3) -> bool:
+    """Whether the values of `expr` are read from `root` (or something under it), also
+    through locals bound once."""
+    for part in _value_parts(expr):
+        if isinstance(part, (ast.Name, ast.Attribute)) and isinstance(getattr(part, "ctx", ast.Load()), ast.Load):
+            spelled = ref(part)
+            if spelled is None:
+                continue
+            if spelled == root or spelled.startswith(root + "."):
+                return True
+            if depth > 0 and isinstance(part, ast.Name) and part.id in values and part.id != root:
+                if _mentions(values[part.id], root, values, depth - 1):
+                    return True
+    return False
+
+
+def _keyword_derivations(call: ast.Call, values: dict[str, ast.AST], where: str, qual: str) -> Iterator[Derivation]:
+    keywords = [k for k in call.keywords if k.arg]
+    roots = {k.arg: _root(k.value) for k in keywords}
+    spelled = ref(call.func) or last_name(call.func) or "call"
+    name = last_name(call.func) or ""
+    owner = name if name[:1].isupper() else None
+    for kw in keywords:
+        own = roots[kw.arg]
+        sources = []
+        for other in keywords:
+            root = roots[other.arg]
+            if other is kw or root is None or root == own:
+                continue  # the same value handed over under two names: an alias, not derived
+            if _mentions(kw.value, root, values):
+                sources.append(other.arg)
+        if sources:
+            yield Derivation(kw.arg, tuple(sorted(sources)), "built", f"{where}:{kw.value.lineno}",
+                             f"`{spelled}(...)` in `{qual}` sets it from {_names(sorted(sources))}", owner, qual)
+
+
+def _assigned_derivation(stmt: ast.Assign, where: str, qual: str) -> Iterator[Derivation]:
+    target = stmt.targets[0]
+    if not isinstance(target, ast.Attribute):
+        return
+    obj = ref(target.value)
+    if obj is None:
+        return
+    read = set()
+    for part in _value_parts(stmt.value):
+        if isinstance(part, ast.Attribute) and ref(part.value) == obj and part.attr != target.attr:
+            read.add(part.attr)
+    if read and not _selects(stmt.value):
+        yield Derivation(target.attr, tuple(sorted(read)), "built", f"{where}:{stmt.lineno}",
+                         f"`{obj}.{target.attr} = ...` in `{qual}` sets it from {_names(sorted(read))}", None, qual)
+
+
+def _selects(value: ast.AST) -> bool:
+    """A value that only selects between fields (`a if c else b`, `a or b`) copies, not derives."""
+    if isinstance(value, ast.IfExp):
+        return all(isinstance(v, (ast.Attribute, ast.Constant, ast.Name, ast.Subscript)) for v in (value.body, value.orelse))
+    if isinstance(value, ast.BoolOp):
+        return all(isinstance(v, (ast.Attribute, ast.Constant, ast.Name, ast.Subscript)) for v in value.values)
+    return False
+
+
+def _advanced_together(fn: ast.AST, where: str, qual: str) -> Iterator[Derivation]:
+    """`x.b += k` then `x.a += k` in one function (or `replace(x, b=x.b + k, a=x.a + k)`):
+    the code keeps `a` in step with `b`; the first one advanced is the source."""
+    seen: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for obj, field, amount, line in advances_in(fn):
+        seen.setdefault((obj, amount), []).append((line, field))
+    for (obj, amount), moves in seen.items():
+        moves.sort()
+        fields: list[str] = []
+        for line, field in moves:
+            if field.lstrip("_") not in {f.lstrip("_") for f in fields}:
+                fields.append(field)
+        if len(fields) < 2:
+            continue
+        lines = {f: min(line for line, g in moves if g == f) for f in fields}
+        for field in fields:
+            for source in fields:
+                if source == field:
+                    continue
+                # both directions: which one the others follow is decided over all the
+                # evidence (`lead`: advanced first here)
+                yield Derivation(field, (source,), "advanced-with", f"{where}:{lines[field]}",
+                                 f"`{qual}` advances it by `{amount}` with `{obj}.{source}` (line {lines[source]})",
+                                 None, qual, lead=source == fields[0])
+
+
+def advances_in(fn: ast.AST) -> Iterator[tuple[str, str, str, int]]:
+    """(object, field, amount as spelled, line) for `x.f += k`, `x.f = x.f + k`,
+    `x.f.add_(k)`, `x.f = min(x.f + k, cap)`, `replace(x, f=x.f + k)` and a new object built
+    from the old one's values (`Cls(f=x.f + k, ...)`), also through a local (`new = x.f + k`,
+    then `f=new`)."""
+    first = _first_bindings(fn)
+    for sub in walk_local(fn):
+        if isinstance(sub, ast.AugAssign) and isinstance(sub.op, ast.Add) and isinstance(sub.target, ast.Attribute):
+            obj = ref(sub.target.value)
+            if obj:
+                yield obj, sub.target.attr, ast.unparse(sub.value), sub.lineno
+        elif isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Attribute):
+            t = sub.targets[0]
+            obj = ref(t.value)
+            amount = _plus(sub.value, f"{obj}.{t.attr}", first) if obj else None
+            if amount is not None:
+                yield obj, t.attr, amount, sub.lineno
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute):
+            if sub.func.attr == "add_" and isinstance(sub.func.value, ast.Attribute) and sub.args:
+                obj = ref(sub.func.value.value)
+                if obj:
+                    yield obj, sub.func.value.attr, ast.unparse(sub.args[0]), sub.lineno
+        if not isinstance(sub, ast.Call) or not sub.keywords:
+            continue
+        if last_name(sub.func) == "replace":
+            if isinstance(sub.func, ast.Attribute) and ref(sub.func.value) not in ("dataclasses", None):
+                obj = ref(sub.func.value)
+            else:
+                obj = ref(sub.args[0]) if sub.args else None
+            if not obj:
+                continue
+            for kw in sub.keywords:
+                if kw.arg:
+                    amount = _plus(kw.value, f"{obj}.{kw.arg}", first)
+                    if amount is not None:
+                        yield obj, kw.arg, amount, kw.value.lineno
+        elif _builds(sub):
+            for kw in sub.keywords:
+                if not kw.arg:
+                    continue
+                found = _plus_of_field(kw.value, kw.arg, first)
+                if found is not None:
+                    yield found[0], kw.arg, found[1], kw.value.lineno
+
+
+def _first_bindings(fn: ast.AST) -> dict[str, ast.AST]:
+    """Each local's first plain assignment (`effective = cad.seq_lens`, even if it is
+    reassigned later: the value it starts from)."""
+    found: dict[str, tuple[int, int, ast.AST]] = {}
+    for sub in walk_local(fn):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+            at = (sub.lineno, sub.col_offset)
+            name = sub.targets[0].id
+            if name not in found or at < found[name][:2]:
+                found[name] = (*at, sub.value)
+    return {name: v for name, (_, _, v) in found.items()}
+
+
+def _expand(value: ast.AST, first: dict[str, ast.AST]) -> ast.AST:
+    if isinstance(value, ast.Name) and value.id in first:
+        return first[value.id]
+    return value
+
+
+def _plus(value: ast.AST, old: str, first: dict[str, ast.AST] | None = None) -> str | None:
+    """`k` when `value` is `old + k` (also `min(old + k, cap)`, `old + k if ... else ...`,
+    through a local)."""
+    first = first or {}
+    value = _expand(value, first)
+    if isinstance(value, ast.Call) and last_name(value.func) in ("min", "minimum", "clamp") and value.args:
+        value = _expand(value.args[0], first)
+    if isinstance(value, ast.IfExp):
+        value = _expand(value.body, first)
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+        for side, other in ((value.left, value.right), (value.right, value.left)):
+            if ref(_expand(side, first)) == old:
+                return ast.unparse(other)
+    return None
+
+
+def _plus_of_field(value: ast.AST, field: str, first: dict[str, ast.AST]) -> tuple[str, str] | None:
+    """(x, k) when a keyword `field=` is given `x.field + k` (or its backing store's)."""
+    value = _expand(value, first)
+    if isinstance(value, ast.Call) and last_name(value.func) in ("min", "minimum", "clamp") and value.args:
+        value = _expand(value.args[0], first)
+    if isinstance(value, ast.IfExp):
+        value = _expand(value.body, first)
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
+        for side, other in ((value.left, value.right), (value.right, value.left)):
+            side = _expand(side, first)
+            if isinstance(side, ast.Attribute) and side.attr in (field, variant_of(field)):
+                obj = ref(side.value)
+                if obj:
+                    return obj, ast.unparse(other)
+    return None
+
+
+def _names(fields: Iterable[str]) -> str:
+    return ", ".join(f"`{f}`" for f in fields)
+
+
+# -- the table -------------------------------------------------------------------------------------
+
+
+class Table:
+    """Derivations by the field they are computed from."""
+
+    def __init__(self, derivations: Iterable[Derivation] = ()) -> None:
+        self.all: list[Derivation] = []
+        self._by_source: dict[str, list[Derivation]] = {}
+        self._seen: set[tuple] = set()
+        self.add(derivations)
+
+    def add(self, derivations: Iterable[Derivation]) -> None:
+        for d in derivations:
+            key = (d.field, d.sources, d.kind)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.all.append(d)
+            for s in d.sources:
+                self._by_source.setdefault(s, []).append(d)
+
+    def derived_from(self, source: str) -> list[Derivation]:
+        """Every derivation reading `source` (or its backing store)."""
+        out = list(self._by_source.get(source, ()))
+        other = source[1:] if source.startswith("_") else "_" + source
+        out += self._by_source.get(other, ())
+        return out
+
+    def sources(self) -> set[str]:
+        return set(self._by_source)
+
+    def exact_sources(self) -> set[str]:
+        return {s for s, ds in self._by_source.items() if any(d.exact for d in ds)}
+
+    def derived_fields(self) -> set[str]:
+        return {d.field for d in self.all}
+
+    def moving_sources(self) -> set[str]:
+        """Sources a write through a call can matter for: those a memo reads, and those the
+        code advances with other fields (what draft steps move: `seq_lens`, ...)."""
+        return {s for s, ds in self._by_source.items() if any(d.exact or d.kind in ("advanced-with", "configured") for d in ds)}
+
+
+BUNDLED = Path(__file__).resolve().parent.parent / "learned" / "DERIVATIONS.json"
+
+
+@lru_cache(maxsize=4)
+def bundled(path: Path = BUNDLED) -> tuple[Derivation, ...]:
+    """What the generator learned from the releases the models were made from."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ()
+    return tuple(Derivation.from_json(d) for d in raw.get("derivations", ()))
+
+
+def configured(extra: dict[str, list[str]]) -> list[Derivation]:
+    """`derived-fields` from the configuration: source -> derived fields."""
+    return [Derivation(d, (s,), "configured", "configuration", "`derived-fields`") for s, ds in extra.items() for d in ds]
+
+
+def variant_of(field: str) -> str:
+    """The other spelling of a field and its private backing store."""
+    return field[1:] if field.startswith("_") else "_" + field
