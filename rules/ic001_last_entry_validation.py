@@ -35,7 +35,8 @@ class LastEntryValidation(Rule):
     `next(reversed(d.values()))`, `d.popitem()`, `*_, last = d.values()`) or the first
     (`next(iter(d.values()))`, `list(d.values())[0]`, `d[names[0]]`, `first, *_ = d.values()`),
     also one assignment or a walrus away (`first = next(iter(d.values()))`, then a check of
-    `first`).
+    `first`). A starred unpacking of a function's result (`md, *_ = f(...)`) takes the fields
+    of the tuple it returns, not entries: not a pick.
 
     A *check* is where a value is validated or decides a code path: `isinstance(x, T)` or
     `type(x) is T` in an `assert`, an `if` or `while` test, or in a boolean that an `assert`/`if`
@@ -197,6 +198,15 @@ class LastEntryValidation(Rule):
     }
 
     VALID = [
+        # The first field of the tuple a function returns (`md, *_ = f(...)`), not the
+        # first of several entries: one value, checked whole.
+        Valid(
+            """
+def test_prepared(proposer, cad):
+    spec_attn_metadata, *_ = proposer.prepare_inputs_padded(cad)
+    assert spec_attn_metadata.seq_lens_cpu is None
+"""
+        ),
         Valid(
             """
 def propose(self, groups):

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, pattern_names, ref
+from .facts import FUNCS, last_name, pattern_names, ref
 from .needs import LAST_INDEX, NEXT_OF_ITER, Around, Names, Pattern, bound
 from .singletons import collection as _collection
 from .singletons import guarantee_of, one_element, source
@@ -674,6 +674,10 @@ def _index_which(index: ast.AST) -> str | None:
     return None
 
 
+# calls whose result is the entries of a collection (`first, *rest = d.values()`)
+_ITERATING = frozenset({"values", "items", "keys", "list", "tuple", "sorted", "reversed", "iter", "filter", "map"})
+
+
 def unpacked_entries(target: ast.AST, value: ast.AST, collections: set[str] | None = None) -> dict[str, OneEntry]:
     """The names of an unpacking that receive a picked entry: `k, md = d.popitem()`,
     `_, md = next(iter(d.items()))` (every name: the key and the entry), `first, *rest =
@@ -688,6 +692,8 @@ def unpacked_entries(target: ast.AST, value: ast.AST, collections: set[str] | No
     stars = [i for i, e in enumerate(elts) if isinstance(e, ast.Starred)]
     if len(stars) != 1 or len(elts) != 2:
         return {}
+    if isinstance(value, ast.Call) and last_name(value.func) not in _ITERATING:
+        return {}  # `md, *_ = f(...)`: the fields of the tuple a function returns, not entries
     coll = _collection(value)
     which, other = ("first", elts[1 - stars[0]]) if stars[0] == 1 else ("last", elts[0 if stars[0] else 1])
     if isinstance(other, (ast.Name, ast.Attribute)) and ref(other):
