@@ -29,7 +29,7 @@ from invariant_check.analysis.fields import (
     store_writes,
     variants,
 )
-from invariant_check.analysis.derivations import Derivation, Table, bundled, configured, memos_of, variant_of
+from invariant_check.analysis.derivations import Derivation, Table, bundled, configured, memos_of, module_derivations, variant_of
 from invariant_check.analysis.fields import Passed, Stored, parameter_index
 from invariant_check.analysis.needs import Any as AnyNeed
 from invariant_check.analysis.needs import Names, Need
@@ -966,6 +966,29 @@ def next_step(prev: CommonAttentionMetadata):
             message_contains="`max_seq_len`",
             files={"metadata.py": _METADATA},
         ),
+        # The module's own constructor computes `total_len` from the `seq_lens` it is given
+        # (learned from the code: no configuration); the step advances `seq_lens` alone.
+        Invalid(
+            """
+from dataclasses import dataclass
+
+
+@dataclass
+class StepMetadata:
+    seq_lens: "torch.Tensor"
+    total_len: int
+
+
+def make(lens) -> StepMetadata:
+    return StepMetadata(seq_lens=lens, total_len=int(lens.sum()))
+
+
+def step(md: StepMetadata):
+    md.seq_lens += 1
+""",
+            line=15,
+            message_contains="`total_len`",
+        ),
     ]
 
     @classmethod
@@ -1160,6 +1183,9 @@ def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str,
 
 
 
+_NOT_READERS = frozenset({"getattr", "setattr", "hasattr", "isinstance", "len", "id", "type", "print", "repr", "str"})
+
+
 def _group_key(write: FieldWrite, at: ast.AST, parent: dict[int, ast.AST]) -> tuple:
     """Writes reported together: the keywords of one copy, and the statements of one block
     that change one object's layout (`md.num_actual_tokens = n`, `md.query_start_loc = ...`)."""
@@ -1218,6 +1244,13 @@ class _Step:
             cls = class_of(self.view, write.obj, self.aliases) if write.obj else None
             if cls is not None:
                 got += [d for d in memos_of(cls) if write.field in d.sources or variant_of(write.field) in d.sources]
+                # what this module's own constructors of the class show (`Meta(seq_lens=s,
+                # total=int(s.sum()))`): the project's factories, read where the step is
+                names = {c.name.rsplit(".", 1)[-1] for c in cls.classes()}
+                got += [
+                    d for d in module_derivations(self.view.module)
+                    if d.owner in names and (write.field in d.sources or variant_of(write.field) in d.sources)
+                ]
             self._derivations[key] = got
         if write.sign == 1:
             return got
@@ -1235,6 +1268,8 @@ class _Step:
                 if not isinstance(sub, (ast.For, ast.AsyncFor, ast.While)) or getattr(sub, "end_lineno", 0) < line:
                     continue
                 for inner in ast.walk(sub):
+                    if isinstance(inner, ast.Call) and last_name(inner.func) in _NOT_READERS:
+                        continue  # `getattr(md, name)`, `len(md.x)`: nothing a memo is filled by
                     if isinstance(inner, ast.Call) and inner.lineno >= (line if sub.lineno > line else sub.lineno):
                         passed = list(inner.args) + [k.value for k in inner.keywords]
                         if isinstance(inner.func, ast.Attribute):

@@ -111,6 +111,25 @@ def method_memos(item: ast.AST, fields: set[str], where: str, owner: str | None)
     return out
 
 
+def module_derivations(module) -> list[Derivation]:
+    """The `built` derivations a module of the project model shows (its constructors and
+    copies), learned once per module."""
+    got = getattr(module, "_derivations", None)
+    if got is None:
+        text = module.source.text
+        got = []
+        if "=" in text:
+            try:
+                tree = ast.parse(text)
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                tree = None
+            if tree is not None:
+                where = module.project.display(module.path)
+                got = [d for d in learn_tree(tree, where) if d.kind == "built" and d.owner]
+        module._derivations = got
+    return got
+
+
 def memos_of(info) -> list[Derivation]:
     """What a class of the project model (and its resolved bases) derives in its own methods:
     its memos, and fields its methods set from other fields (`self.slot_mapping =
