@@ -170,6 +170,68 @@ def test_the_fixed_step_is_clean_and_sglang_names_join_through_the_table(tmp_pat
     assert [(f["line"], f["data"]["stale_fields"]) for f in findings] == [(5, ["input_ids"])]
 
 
+# -- the generator on a small SGLang-shaped release of our own ----------------------------------------
+
+
+RELEASE = {
+    "sglang/__init__.py": "",
+    "sglang/srt/__init__.py": "",
+    "sglang/srt/model_executor/forward_batch_info.py": '''
+        from dataclasses import dataclass
+
+        @dataclass
+        class Batch:
+            """A batch: `seq_lens` with the batch fields, none of them in IC004's table."""
+            seq_lens: object
+            seq_lens_sum: int
+            out_cache_loc: object = None
+
+            @property
+            def total(self):
+                return self.seq_lens_sum
+
+            def grow(self, n):
+                self.seq_lens += n
+                self.seq_lens_sum += n * len(self.seq_lens)
+
+        class Runner:
+            def forward(self, batch: Batch):
+                return run(batch)
+    ''',
+    "sglang/srt/speculative/__init__.py": "",
+    "sglang/srt/speculative/spec_info.py": '''
+        class SpecInput:
+            def __init__(self, kind):
+                self.kind = kind
+
+            def filter_batch(self, idx):
+                return pick(self, idx)
+    ''',
+    "sglang/srt/speculative/eagle_info.py": '''
+        from sglang.srt.speculative.spec_info import SpecInput
+
+        class DraftInput(SpecInput):
+            hidden: object = None
+
+            def merge(self, other):
+                self.hidden = cat(self.hidden, other.hidden)
+    ''',
+    "sglang/srt/models/__init__.py": "",
+    "sglang/srt/models/llama.py": '''
+        from sglang.srt.model_executor.forward_batch_info import Batch
+
+        class Llama:
+            def forward(self, ids, batch: Batch):
+                return self.layers(ids, batch)
+
+        class Indexer:
+            def __init__(self):
+                self.topk_indices_buffer = make()
+    ''',
+}
+
+
+
 def test_the_generator_models_an_sglang_release(tmp_path):
     gen = _gen_models()
     release = _write(tmp_path / "sglang-9.9.9", RELEASE)
