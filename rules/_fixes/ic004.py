@@ -43,18 +43,28 @@ def build(rule, report, view) -> Fix | None:
     stale = list(data.get("stale_fields") or [])
     memos = set(data.get("memos") or ())
     field = data.get("advanced")
-    if field != "seq_lens" or not stale or any(not _known(d) and d not in memos for d in stale):
+    if field != "seq_lens" or not stale:
         return None
     if len(data.get("changed") or [field]) > 1:
         return None  # several fields changed together: the update follows the last of them
+    # a field that must be recomputed from what the step does not have (`dcp_local_seq_lens`:
+    # the DCP rank and world size) is left to the author; the fix says so
+    left = [d for d in stale if not _known(d) and d not in memos]
+    stale = [d for d in stale if d not in left]
+    if not stale:
+        return None
     func = view.node
     ed = Editor(view.source)
     node = report.node
     if isinstance(node, ast.keyword) or (isinstance(node, ast.Call) and any(kw.arg == field for kw in node.keywords)):
-        return _in_the_copy(ed, func, node, field, stale, view, memos)
-    if data.get("callers"):
+        fix = _in_the_copy(ed, func, node, field, stale, view, memos)
+    elif data.get("callers"):
         return None  # the step goes on in the callers: the update belongs there
-    return _after_the_advance(ed, func, node, field, stale, view, memos)
+    else:
+        fix = _after_the_advance(ed, func, node, field, stale, view, memos)
+    if fix is None or not left:
+        return fix
+    return Fix(fix.applicability, fix.message + f" (not fixed: {', '.join(f'`{d}`' for d in left)}, recomputed from the new `{field}`)", fix.edits)
 
 
 # -- an advance in place ----------------------------------------------------------------------------
