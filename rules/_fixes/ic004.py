@@ -45,8 +45,6 @@ def build(rule, report, view) -> Fix | None:
     field = data.get("advanced")
     if field != "seq_lens" or not stale:
         return None
-    if len(data.get("changed") or [field]) > 1:
-        return None  # several fields changed together: the update follows the last of them
     # a field that must be recomputed from what the step does not have (`dcp_local_seq_lens`:
     # the DCP rank and world size) is left to the author; the fix says so
     left = [d for d in stale if not _known(d) and d not in memos]
@@ -60,6 +58,8 @@ def build(rule, report, view) -> Fix | None:
         fix = _in_the_copy(ed, func, node, field, stale, view, memos)
     elif data.get("callers"):
         return None  # the step goes on in the callers: the update belongs there
+    elif len(data.get("changed") or [field]) > 1:
+        return None  # several fields changed in place together: the reset follows the last of them
     else:
         fix = _after_the_advance(ed, func, node, field, stale, view, memos)
     if fix is None or not left:
