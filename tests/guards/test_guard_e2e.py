@@ -27,10 +27,27 @@ pytestmark = [requires_vllm, pytest.mark.vllm, pytest.mark.slow]
 RUNNER = Path(__file__).with_name("guards_e2e_runner.py")
 
 
+_PROCESS_SET = frozenset({
+    "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TOKENIZERS_PARALLELISM",
+    "PYTORCH_NVML_BASED_CUDA_CHECK", "TRITON_CACHE_AUTOTUNING",
+})
+
+
 def run_llm(model_dir, report_dir, mode="record", faults="", executor=None, config=None, extra_env=None, guards="1"):
     """config: the runner's IC_E2E_CONFIG (speculative method, prompts, ...); extra_env: more
     variables for every vLLM process (PYTHONPATH for a test-only plugin)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("INVARIANT_CHECK_")}
+    # a clean start: what this process's own imports of vLLM and torch put in the environment
+    # (thread counts, vLLM's settings) would change the engine's numerics, and so which drafts
+    # are accepted, from one test order to another
+    env = {
+        k: v for k, v in os.environ.items()
+        if not k.startswith(("INVARIANT_CHECK_", "VLLM_", "TORCHINDUCTOR_", "TILELANG_", "AITER_")) and k not in _PROCESS_SET
+    }
+    if "LD_LIBRARY_PATH" in env:  # `import vllm` puts cv2's bundled libraries first
+        kept = [p for p in env["LD_LIBRARY_PATH"].split(os.pathsep) if p and "/cv2/" not in p]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(kept)
+        if not kept:
+            del env["LD_LIBRARY_PATH"]
     env.update(INVARIANT_CHECK_GUARDS=guards, INVARIANT_CHECK_GUARDS_MODE=mode,
                INVARIANT_CHECK_REPORT_DIR=str(report_dir), VLLM_CPU_KVCACHE_SPACE="1",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
