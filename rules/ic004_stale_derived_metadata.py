@@ -31,8 +31,9 @@ from invariant_check.analysis.fields import (
 )
 from invariant_check.analysis.derivations import Derivation, Table, bundled, configured, memos_of, module_derivations, variant_of
 from invariant_check.analysis.fields import Passed, Stored, parameter_index
+from invariant_check.analysis.needs import All as AllNeed
 from invariant_check.analysis.needs import Any as AnyNeed
-from invariant_check.analysis.needs import Names, Need
+from invariant_check.analysis.needs import Names, Need, Words
 from invariant_check.analysis.tensor_writes import ADVANCES, argument_writes
 from invariant_check.analysis.project import FunctionInfo
 from invariant_check.analysis.summaries import Summaries
@@ -1002,6 +1003,10 @@ def step(md: StepMetadata):
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
         func = view.node
+        # the fields a write names do not depend on the names of the objects: a function with
+        # no candidate at all is left before its aliases are worked out
+        if not _may_write_a_source(func, self.table):
+            return
         aliases = local_aliases(func, view)
         found = list(_advances(func, aliases, self.table))
         found += list(_written_through_calls(view, func, aliases, self.table, self.depth))
@@ -1109,11 +1114,14 @@ def increment_need(table: Table) -> Need:
     Derived from the learned table: a memo of a project class that reads a field no release's
     memo reads is found where the write is spelled as an advance, or with `--no-prefilter`."""
     sources = sorted(table.sources() | {variant_of(s) for s in table.sources()})
-    exact = sorted(table.exact_sources())
-    moving = sorted(table.moving_sources())
-    parts: list[Need] = [Moved(sources), Passed(Names(moving, case_sensitive=True))]
-    if exact:
-        parts.append(Stored(exact))
+    bounds = table.bound_sources()
+    handed = sorted(table.stepped_sources())
+    memo_only = sorted(table.exact_sources() - bounds)
+    # as `_may_write_a_source` reads a function: a field a draft step moves, handed to a call
+    # or stored to; a field only a memo reads, stored to where a loop can reuse the object
+    parts: list[Need] = [Moved(sources), Passed(Names(handed, case_sensitive=True)), Stored(handed)]
+    if memo_only:
+        parts.append(AllNeed(Stored(memo_only), Words("for", "while")))
     return AnyNeed(*parts)
 
 
@@ -1138,6 +1146,57 @@ def _advances(func: ast.AST, aliases: dict[str, str], table: Table) -> Iterator[
                     yield w, sub
 
 
+def _may_write_a_source(func: ast.AST, table: Table) -> bool:
+    """A cheap look for a write `_advances` or `_written_through_calls` could report, before
+    the function's aliases are worked out: an advance of a source (`x.f += k`,
+    `x.f = x.f + k`, `x.f.add_(k)`, `out=`), a copy or constructor given a source, a source
+    handed to a call; and, in a function with a loop (where a memo's staleness is judged), any
+    store of a field a memo reads."""
+    sources = table.sources()
+    bounds = table.bound_sources()
+    handed = table.stepped_sources()
+    has_loop = False
+    sums: dict[str, ast.AST] = {}
+    for sub in walk_local(func):
+        if isinstance(sub, (ast.For, ast.AsyncFor, ast.While)):
+            has_loop = True
+        elif isinstance(sub, ast.Assign) and isinstance(sub.value, ast.BinOp):
+            sums.update((t.id, sub.value) for t in sub.targets if isinstance(t, ast.Name))
+
+    def named(node: ast.AST, names: set[str]) -> bool:
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        return isinstance(node, ast.Attribute) and (node.attr in names or variant_of(node.attr) in names)
+
+    for sub in walk_local(func):
+        if isinstance(sub, ast.AugAssign):
+            if named(sub.target, sources):
+                return True
+        elif isinstance(sub, (ast.Assign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            for t in targets:
+                if not named(t, sources):
+                    continue
+                value = sub.value
+                if isinstance(value, ast.Name):
+                    value = sums.get(value.id, value)  # `new = md.seq_lens + 1; md.seq_lens = new`
+                if has_loop or isinstance(value, (ast.BinOp, ast.Call, ast.IfExp)):
+                    return True
+        elif isinstance(sub, ast.Call):
+            f = sub.func
+            if isinstance(f, ast.Attribute) and f.attr.endswith("_") and named(f.value, sources):
+                return True
+            name = last_name(f) or ""
+            if name == "replace" or name[:1].isupper():
+                if any(k.arg and (k.arg in sources or variant_of(k.arg) in sources) for k in sub.keywords):
+                    return True
+            if any(k.arg == "out" and named(k.value, sources) for k in sub.keywords):
+                return True
+            if any(named(a, handed) for a in sub.args) or any(named(k.value, handed) for k in sub.keywords):
+                return True
+    return False
+
+
 def _source_write(w: FieldWrite, table: Table) -> bool:
     """An advance of a field something derives from, or any write of a field a memo reads. A
     field that is itself derived (`_seq_lens_cpu`, `max_seq_len`) and that no draft step moves
@@ -1152,7 +1211,9 @@ def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str,
     """`kernel(seq_lens=md.seq_lens, ...)`, `helper(md.positions)`: a field handed to a
     function (of any module, a Triton kernel through its wrappers and dispatchers) that writes
     it in place; an advance when the function adds to it."""
-    sources = table.moving_sources()
+    # the fields a draft step advances through a kernel or helper (`seq_lens`, ...): a call
+    # given a field only a memo reads is judged where the memo is (the layout's own writes)
+    sources = table.stepped_sources()
     summaries = None
     for sub in walk_local(func):
         if not isinstance(sub, ast.Call):
@@ -1166,6 +1227,9 @@ def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str,
                     handed.append((arg, obj, base.attr))
         if not handed:
             continue
+        spelled = ref(sub.func.value if isinstance(sub.func, ast.Subscript) else sub.func) or ""
+        if spelled.split(".", 1)[0] in _NO_WRITES_THROUGH or spelled in _NOT_READERS:
+            continue  # torch's and numpy's ops write only through `out=` (read above) and in-place methods
         fn = resolve_call(view, sub)[1]
         if fn is None:
             continue
@@ -1183,6 +1247,7 @@ def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str,
 
 
 
+_NO_WRITES_THROUGH = frozenset({"torch", "np", "numpy", "math", "F", "int", "float", "min", "max", "sum", "list", "tuple", "dict", "range", "zip", "enumerate", "sorted", "any", "all"})
 _NOT_READERS = frozenset({"getattr", "setattr", "hasattr", "isinstance", "len", "id", "type", "print", "repr", "str"})
 
 
@@ -1248,7 +1313,7 @@ class _Step:
                 # total=int(s.sum()))`): the project's factories, read where the step is
                 names = {c.name.rsplit(".", 1)[-1] for c in cls.classes()}
                 got += [
-                    d for d in module_derivations(self.view.module)
+                    d for d in module_derivations(self.view.module, names)
                     if d.owner in names and (write.field in d.sources or variant_of(write.field) in d.sources)
                 ]
             self._derivations[key] = got

@@ -111,23 +111,39 @@ def method_memos(item: ast.AST, fields: set[str], where: str, owner: str | None)
     return out
 
 
-def module_derivations(module) -> list[Derivation]:
-    """The `built` derivations a module of the project model shows (its constructors and
-    copies), learned once per module."""
-    got = getattr(module, "_derivations", None)
-    if got is None:
-        text = module.source.text
-        got = []
-        if "=" in text:
-            try:
-                tree = ast.parse(text)
-            except (SyntaxError, ValueError, MemoryError, RecursionError):
-                tree = None
-            if tree is not None:
+def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
+    """The derivations a module of the project model shows through its constructors of the
+    named classes (`Meta(seq_lens=s, total=int(s.sum()))`), learned once per module and class
+    name; a module that never spells `Name(` is not parsed."""
+    cache = module.__dict__.setdefault("_derivations", {})
+    out: list[Derivation] = []
+    text = None
+    for name in class_names:
+        got = cache.get(name)
+        if got is None:
+            if text is None:
+                text = module.source.text
+            got = []
+            if name + "(" in text:
+                tree = cache.get(None)
+                if tree is None:
+                    try:
+                        tree = cache[None] = ast.parse(text)
+                    except (SyntaxError, ValueError, MemoryError, RecursionError):
+                        tree = cache[None] = ast.Module(body=[], type_ignores=[])
                 where = module.project.display(module.path)
-                got = [d for d in learn_tree(tree, where) if d.kind == "built" and d.owner]
-        module._derivations = got
-    return got
+                for fn in ast.walk(tree):
+                    if not isinstance(fn, FUNCS):
+                        continue
+                    values = None
+                    for sub in walk_local(fn):
+                        if isinstance(sub, ast.Call) and last_name(sub.func) == name and len(sub.keywords) >= 2:
+                            if values is None:
+                                values = _single_bindings(fn)
+                            got.extend(_keyword_derivations(sub, values, where, fn.name))
+            cache[name] = got
+        out.extend(got)
+    return out
 
 
 def memos_of(info) -> list[Derivation]:
@@ -561,6 +577,7 @@ class Table:
         self.add(derivations)
 
     def add(self, derivations: Iterable[Derivation]) -> None:
+        self._sets: dict[str, set[str]] = {}
         for d in derivations:
             key = (d.field, d.sources, d.kind)
             if key in self._seen:
@@ -577,19 +594,34 @@ class Table:
         out += self._by_source.get(other, ())
         return out
 
+    def _set(self, key: str, compute) -> set[str]:
+        got = self._sets.get(key)
+        if got is None:
+            got = self._sets[key] = compute()
+        return got
+
     def sources(self) -> set[str]:
-        return set(self._by_source)
+        return self._set("sources", lambda: set(self._by_source))
 
     def exact_sources(self) -> set[str]:
-        return {s for s, ds in self._by_source.items() if any(d.exact for d in ds)}
+        return self._set("exact", lambda: {s for s, ds in self._by_source.items() if any(d.exact for d in ds)})
+
+    def bound_sources(self) -> set[str]:
+        """Sources something is kept as a bound of (not only memos): what an advance stales."""
+        return self._set("bounds", lambda: {s for s, ds in self._by_source.items() if any(not d.exact for d in ds)})
+
+    def stepped_sources(self) -> set[str]:
+        """The fields draft steps move: those the code advances with others (`seq_lens`), and
+        those the configuration names. A write of one through a call is looked for."""
+        return self._set("stepped", lambda: {s for s, ds in self._by_source.items() if any(d.kind in ("advanced-with", "configured") for d in ds)})
 
     def derived_fields(self) -> set[str]:
-        return {d.field for d in self.all}
+        return self._set("derived", lambda: {d.field for d in self.all})
 
     def moving_sources(self) -> set[str]:
         """Sources a write through a call can matter for: those a memo reads, and those the
         code advances with other fields (what draft steps move: `seq_lens`, ...)."""
-        return {s for s, ds in self._by_source.items() if any(d.exact or d.kind in ("advanced-with", "configured") for d in ds)}
+        return self._set("moving", lambda: {s for s, ds in self._by_source.items() if any(d.exact or d.kind in ("advanced-with", "configured") for d in ds)})
 
 
 BUNDLED = Path(__file__).resolve().parent.parent / "learned" / "DERIVATIONS.json"
