@@ -527,17 +527,23 @@ def _expand(value: ast.AST, first: dict[str, ast.AST]) -> ast.AST:
     return value
 
 
-def _plus(value: ast.AST, old: str, first: dict[str, ast.AST] | None = None) -> str | None:
-    """`k` when `value` is `old + k` (also `min(old + k, cap)`, `old + k if ... else ...`,
-    through a local)."""
-    first = first or {}
+def _sum_of(value: ast.AST, first: dict[str, ast.AST]) -> ast.BinOp | None:
+    """The addition an advance is spelled with: `a + b`, also inside `min(a + b, cap)` or
+    `a + b if ... else ...`, through a local."""
     value = _expand(value, first)
     if isinstance(value, ast.Call) and last_name(value.func) in ("min", "minimum", "clamp") and value.args:
         value = _expand(value.args[0], first)
     if isinstance(value, ast.IfExp):
         value = _expand(value.body, first)
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-        for side, other in ((value.left, value.right), (value.right, value.left)):
+    return value if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) else None
+
+
+def _plus(value: ast.AST, old: str, first: dict[str, ast.AST] | None = None) -> str | None:
+    """`k` when `value` is `old + k` (see `_sum_of`)."""
+    first = first or {}
+    total = _sum_of(value, first)
+    if total is not None:
+        for side, other in ((total.left, total.right), (total.right, total.left)):
             if ref(_expand(side, first)) == old:
                 return ast.unparse(other)
     return None
@@ -545,13 +551,9 @@ def _plus(value: ast.AST, old: str, first: dict[str, ast.AST] | None = None) -> 
 
 def _plus_of_field(value: ast.AST, field: str, first: dict[str, ast.AST]) -> tuple[str, str] | None:
     """(x, k) when a keyword `field=` is given `x.field + k` (or its backing store's)."""
-    value = _expand(value, first)
-    if isinstance(value, ast.Call) and last_name(value.func) in ("min", "minimum", "clamp") and value.args:
-        value = _expand(value.args[0], first)
-    if isinstance(value, ast.IfExp):
-        value = _expand(value.body, first)
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-        for side, other in ((value.left, value.right), (value.right, value.left)):
+    total = _sum_of(value, first)
+    if total is not None:
+        for side, other in ((total.left, total.right), (total.right, total.left)):
             side = _expand(side, first)
             if isinstance(side, ast.Attribute) and side.attr in (field, variant_of(field)):
                 obj = ref(side.value)

@@ -21,6 +21,7 @@ import weakref
 from typing import Iterator
 
 from .facts import last_name, ref, walk_local
+from .fields import added
 from .project import FunctionInfo
 from .summaries import Summaries
 
@@ -141,9 +142,8 @@ def _own_writes(fn: ast.AST, names: set[str]) -> Iterator[int]:
 
 
 def _positive(amount: ast.AST) -> bool:
-    if isinstance(amount, ast.UnaryOp) and isinstance(amount.op, ast.USub):
-        return False
-    return not (isinstance(amount, ast.Constant) and amount.value in (0, 0.0))
+    # the sign rule every advance is read by (`fields.added`): no zero, no negative literal
+    return added(ast.Add(), amount) == 1
 
 
 def _handed_on(fn: ast.AST, names: set[str]) -> Iterator[tuple[ast.Call, int | str]]:
