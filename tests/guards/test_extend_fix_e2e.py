@@ -25,9 +25,12 @@ MAX_TOKENS = 12
 
 
 def _prompts() -> list[str]:
-    # More prompts than max_num_seqs=4, of 5-130 words: later prompts join as fresh prefills
-    # (no context) while earlier ones already have context.
-    lengths = [5, 130, 20, 9, 60, 12]
+    # More prompts than max_num_seqs=4, and the first two longer than one step's 256 tokens:
+    # whenever the requests reach the engine core (all before its first step, or one by one),
+    # the second prompt is cut at the budget and the third and later join as fresh prefills (no
+    # context) beside rows that already have context; a batch that mixes the two is what the
+    # stock MLA planner fails on.
+    lengths = [200, 130, 20, 9, 60, 12]
     return [" ".join(f"w{(i * 7 + k) % 120}" for k in range(n)) for i, n in enumerate(lengths)]
 
 
