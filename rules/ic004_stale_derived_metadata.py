@@ -21,6 +21,7 @@ from invariant_check.analysis.fields import (
     inherited_callers,
     local_aliases,
     mentioned_fields,
+    moves_unchanged,
     parents,
     resolve_call,
     resolver_for,
@@ -29,7 +30,7 @@ from invariant_check.analysis.fields import (
     store_writes,
     variants,
 )
-from invariant_check.analysis.derivations import Derivation, Table, bundled, configured, memos_of, module_derivations, variant_of
+from invariant_check.analysis.derivations import Derivation, Table, bundled, configured, holds_layout, in_family, memos_of, module_derivations, variant_of
 from invariant_check.analysis.fields import Passed, Stored, parameter_index
 from invariant_check.analysis.needs import All as AllNeed
 from invariant_check.analysis.needs import Any as AnyNeed
@@ -77,6 +78,25 @@ class CommonAttentionMetadata:
 """
 
 
+_LAYOUT_METADATA = """
+from dataclasses import dataclass
+
+
+@dataclass
+class LayoutMetadata:
+    seq_lens: "torch.Tensor"
+    query_start_loc: "torch.Tensor"
+    num_tokens: int
+    _computed_cache: "torch.Tensor | None" = None
+
+    def computed(self):
+        if self._computed_cache is None:
+            q = self.query_start_loc[1:] - self.query_start_loc[:-1]
+            self._computed_cache = self.seq_lens - q
+        return self._computed_cache
+"""
+
+
 class StaleDerivedMetadata(Rule):
     """
     ## What it does
@@ -100,7 +120,11 @@ class StaleDerivedMetadata(Rule):
     - a field the code advances together with another, by the same amount, in at least two
       functions (`seq_lens_cpu_upper_bound += 1` with `seq_lens`).
     These are kept as bounds by the code that maintains them: they go stale when their
-    source advances, not when it shrinks. The table starts from what
+    source advances, not when it shrinks. Evidence counts in the family's classes only: a
+    class that holds a batch's token layout (a field spelled like a sequence, context or KV
+    length, `query_start_loc`, `query_lens`, `positions`, `slot_mapping`, `block_table`),
+    and, except for memos, a value computed from one of those fields (a model's head count
+    a constructor computes from its hidden size is not attention metadata). The table starts from what
     `scripts/gen_derivations.py` learned from vLLM 0.13.0-0.33.0 and SGLang 0.5.23 (shipped
     with invariant-check), adds the memos and derivations of the object's own class (from the
     project, the environment or the bundled models) and the configuration's
@@ -579,8 +603,79 @@ def move(common_attn_metadata: CommonAttentionMetadata, block_table, n):
 """,
             files={"metadata.py": _METADATA},
         ),
+        # Each step moves the lengths into a buffer of its own (for a captured graph) and
+        # points the metadata at it: the same values, so the memo filled from them holds.
+        Valid(
+            """
+from .metadata import LayoutMetadata
+
+def draft(self, md: LayoutMetadata, n: int):
+    for step in range(self.num_steps):
+        self.lens_buf[step][:n].copy_(md.seq_lens)
+        self.lens_buf[step][n:].fill_(0)
+        md.seq_lens = self.lens_buf[step][:n]
+        self.build(md, step)
+""",
+            files={"metadata.py": _LAYOUT_METADATA},
+        ),
+        # One copy per group of an object built here and never handed on before: nothing
+        # was cached on it, and what one group's build caches on its copy goes with it.
+        Valid(
+            """
+import copy
+
+from .metadata import LayoutMetadata
+
+def build_groups(self, groups, seq_lens, query_start_loc):
+    base = LayoutMetadata(seq_lens=seq_lens, query_start_loc=query_start_loc, num_tokens=int(query_start_loc[-1]))
+    for group in groups:
+        md = copy.copy(base)
+        if group.unpadded:
+            md.query_start_loc = self.unpadded_query_start_loc[: query_start_loc.shape[0]]
+        group.builder.build(md)
+""",
+            files={"metadata.py": _LAYOUT_METADATA},
+        ),
     ]
     INVALID = [
+        # The step's buffer is advanced after the copy: the metadata now points at other
+        # values, and the memo still holds the old ones.
+        Invalid(
+            """
+from .metadata import LayoutMetadata
+
+def draft(self, md: LayoutMetadata, n: int):
+    for step in range(self.num_steps):
+        self.lens_buf[step][:n].copy_(md.seq_lens)
+        self.lens_buf[step][:n] += 1
+        md.seq_lens = self.lens_buf[step][:n]
+        self.build(md, step)
+""",
+            line=7,
+            message_contains="`_computed_cache`",
+            files={"metadata.py": _LAYOUT_METADATA},
+        ),
+        # The base object is read before the groups are built: the memo it filled is copied
+        # into every group's object, whose query offsets then change.
+        Invalid(
+            """
+import copy
+
+from .metadata import LayoutMetadata
+
+def build_groups(self, groups, seq_lens, query_start_loc):
+    base = LayoutMetadata(seq_lens=seq_lens, query_start_loc=query_start_loc, num_tokens=int(query_start_loc[-1]))
+    self.total = base.computed().sum()
+    for group in groups:
+        md = copy.copy(base)
+        if group.unpadded:
+            md.query_start_loc = self.unpadded_query_start_loc[: query_start_loc.shape[0]]
+        group.builder.build(md)
+""",
+            line=11,
+            message_contains="`_computed_cache`",
+            files={"metadata.py": _LAYOUT_METADATA},
+        ),
         # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
         Invalid(
             """
@@ -1138,7 +1233,7 @@ def _advances(func: ast.AST, aliases: dict[str, str], table: Table) -> Iterator[
             for t in targets:
                 for piece in store_targets(t):
                     for w in store_writes(piece, sub, aliases):
-                        if _source_write(w, table):
+                        if _source_write(w, table) and not (w.sign is None and moves_unchanged(sub, func, aliases)):
                             yield w, piece
         elif isinstance(sub, ast.Call):
             for w in call_writes(sub, aliases):
@@ -1195,6 +1290,51 @@ def _may_write_a_source(func: ast.AST, table: Table) -> bool:
             if any(named(a, handed) for a in sub.args) or any(named(k.value, handed) for k in sub.keywords):
                 return True
     return False
+
+
+def _fresh_copy_each_pass(func: ast.AST, loop: ast.AST, name: str, aliases: dict[str, str]) -> bool:
+    """`name` is bound, in the loop's body, to a copy of an object the function builds itself
+    (`cm_base = Metadata(...)`) and neither the loop nor the code before it writes, rebinds or
+    hands to a call (`cm = copy(cm_base)` per group): each pass starts from an object no
+    reader has cached anything on, and what one pass caches on its copy is gone on the next."""
+    source = (getattr(aliases, "copies", None) or {}).get(name)
+    if not source or "." in source:
+        return False
+    built = [
+        n for n in walk_local(func)
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == source for t in n.targets)
+    ]
+    if len(built) != 1 or not (isinstance(built[0].value, ast.Call) and (last_name(built[0].value.func) or "")[:1].isupper()):
+        return False
+    for node in walk_local(func):
+        if isinstance(node, ast.Call) and built[0].lineno < node.lineno < loop.lineno:
+            passed = list(node.args) + [k.value for k in node.keywords]
+            if isinstance(node.func, ast.Attribute):
+                passed.append(node.func.value)  # `base.computed()` fills its own memo
+            if any(isinstance(a, ast.Name) and a.id == source for a in passed):
+                return False  # handed to a reader before the loop: it may have cached
+    bound = False
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            bound = True
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for piece in ast.walk(t):
+                    if isinstance(piece, ast.Name) and piece.id == source and isinstance(piece.ctx, ast.Store):
+                        return False
+                    if isinstance(piece, ast.Attribute) and isinstance(piece.value, ast.Name) and piece.value.id == source:
+                        return False
+        elif isinstance(node, ast.Call):
+            copying = last_name(node.func) in ("copy", "deepcopy", "replace") or (
+                isinstance(node.func, ast.Attribute) and node.func.attr.startswith("shallow_copy")
+            )
+            passed = list(node.args) + [k.value for k in node.keywords]
+            if isinstance(node.func, ast.Attribute):
+                passed.append(node.func.value)
+            if not copying and any(isinstance(a, ast.Name) and a.id == source for a in passed):
+                return False
+    return bound
 
 
 def _source_write(w: FieldWrite, table: Table) -> bool:
@@ -1311,10 +1451,10 @@ class _Step:
                 got += [d for d in memos_of(cls) if write.field in d.sources or variant_of(write.field) in d.sources]
                 # what this module's own constructors of the class show (`Meta(seq_lens=s,
                 # total=int(s.sum()))`): the project's factories, read where the step is
-                names = {c.name.rsplit(".", 1)[-1] for c in cls.classes()}
+                names = {c.name.rsplit(".", 1)[-1] for c in cls.classes()} if holds_layout(class_fields(cls)) else set()
                 got += [
                     d for d in module_derivations(self.view.module, names)
-                    if d.owner in names and (write.field in d.sources or variant_of(write.field) in d.sources)
+                    if d.owner in names and (write.field in d.sources or variant_of(write.field) in d.sources) and in_family(d)
                 ]
             self._derivations[key] = got
         if write.sign == 1:
@@ -1329,8 +1469,14 @@ class _Step:
         if got is None:
             line = getattr(at, "lineno", 0)
             got = False
-            for sub in walk_local(self.func):
-                if not isinstance(sub, (ast.For, ast.AsyncFor, ast.While)) or getattr(sub, "end_lineno", 0) < line:
+            head = (write.obj or "").split(".", 1)[0]
+            loops = [sub for sub in walk_local(self.func) if isinstance(sub, (ast.For, ast.AsyncFor, ast.While))]
+            if any(sub.lineno <= line <= (sub.end_lineno or 0) and _fresh_copy_each_pass(self.func, sub, head, self.aliases) for sub in loops):
+                # a new copy, each pass, of an object this function built and never handed on:
+                # nothing was cached on it before the write
+                loops = []
+            for sub in loops:
+                if getattr(sub, "end_lineno", 0) < line:
                     continue
                 for inner in ast.walk(sub):
                     if isinstance(inner, ast.Call) and last_name(inner.func) in _NOT_READERS:

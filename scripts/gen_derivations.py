@@ -4,8 +4,10 @@
 linted project does not show a derivation itself (see `invariant_check/analysis/derivations.py`).
 
 Every module of every release is read (not the package's own tests); a derivation is kept when the field and a source are
-both data of one class of that release (a dataclass field, a class attribute, `self.x = ...`
-in a method), and, for `built` and `advanced-with` evidence, when at least two different
+both declared fields of one class of the family in that release (a data class that holds a
+batch's token layout: sequence or context lengths, query offsets, positions, slots or block
+tables, see `derivations.holds_layout`), and, for `built` and `advanced-with` evidence, when
+the source is such a layout field itself (`derivations.in_family`) and at least two different
 functions show it (over all releases: one function that happens to compute one keyword from
 another is not yet the code's rule). A memo is the class's own code: one is enough.
 
@@ -36,13 +38,12 @@ MIN_FUNCTIONS = 2
 TESTS = {"test", "tests", "testing"}
 
 
-def _learn_release(job: tuple[Path, str]) -> tuple[str, list[dict], list[list[str]], list[str]]:
-    """(version, derivations found, declared fields of each class, fields some code advances)."""
+def _learn_release(job: tuple[Path, str]) -> tuple[str, list[dict], list[list[str]]]:
+    """(version, derivations found, declared fields of each class of the family)."""
     source, package = job
     version, files = read_release(source, package)
     found: list[dict] = []
     classes: list[list[str]] = []
-    advanced: set[str] = set()
     for rel, data in sorted(files.items()):
         if TESTS & set(rel.split("/")[:-1]):
             continue  # a package's own tests build objects to exercise them, not by its rules
@@ -53,13 +54,11 @@ def _learn_release(job: tuple[Path, str]) -> tuple[str, list[dict], list[list[st
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
                 declared = D.declared_fields(node)
-                if len(declared) >= 2:
+                if len(declared) >= 2 and D.holds_layout(declared):
                     classes.append(sorted(declared))
-            elif isinstance(node, D.FUNCS):
-                advanced.update(field for _, field, _, _ in D.advances_in(node))
         for d in D.learn_tree(tree, rel):
             found.append(d.to_json())
-    return version, found, classes, sorted(advanced)
+    return version, found, classes
 
 
 def _function(d: dict) -> str:
@@ -72,20 +71,15 @@ def generate(sources: list[Path], package: str = "vllm") -> dict:
     with ProcessPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(_learn_release, [(s, package) for s in sources]))
     releases = sorted((r[0] for r in results), key=_version_key)
-    advanced = set().union(*(set(r[3]) for r in results))
-    # the metadata classes: data classes (declared fields) holding a field some code advances
-    holders: set[frozenset[str]] = set()
-    for r in results:
-        for fields in r[2]:
-            fs = frozenset(fields)
-            if fs & advanced:
-                holders.add(fs)
+    # the metadata classes: data classes (declared fields) that hold a batch's token layout
+    # (`derivations.holds_layout`)
+    holders = {frozenset(fields) for r in results for fields in r[2]}
     by_field: dict[str, list[frozenset[str]]] = {}
     for fs in holders:
         for f in fs:
             by_field.setdefault(f, []).append(fs)
     pairs: dict[tuple[str, str], dict] = {}
-    for version, found, _, _ in sorted(results, key=lambda r: _version_key(r[0])):
+    for version, found, _ in sorted(results, key=lambda r: _version_key(r[0])):
         for d in found:
             field = d["field"]
             for source in d["sources"]:
@@ -105,6 +99,8 @@ def generate(sources: list[Path], package: str = "vllm") -> dict:
     for (field, source), rec in sorted(pairs.items()):
         if "memo" not in rec["kinds"] and len(rec["functions"]) < MIN_FUNCTIONS:
             continue
+        if "memo" not in rec["kinds"] and not D.holds_layout([source]):
+            continue  # computed beside the layout, not from it: a draft step never moves it
         if rec["kinds"] == {"advanced-with"} and not (source in memo_sources or D.variant_of(source) in memo_sources):
             continue
         version, first = rec["first"]

@@ -27,7 +27,9 @@ reads one class; `table(project)` joins what the bundled models learned from the
 from __future__ import annotations
 
 import ast
+import bisect
 import json
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -36,6 +38,25 @@ from typing import Iterable, Iterator
 from .facts import last_name, ref, walk_local
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
+
+# The family's classes: those that hold a batch's token layout, the state every draft step
+# moves (sequence or context lengths in any spelling, query offsets, positions, slots, block
+# tables). What is derived from those fields is learned; a class without any (a tool call, a
+# config, a counter) keeps no attention metadata, however its constructors compute keywords.
+_LAYOUT = re.compile(r"seq(?:uence)?_?len|context_len|kv_len|query_start_loc|query_lens|(?:^|_)positions$|slot_mapping|block_tables?$")
+
+
+def holds_layout(fields: Iterable[str]) -> bool:
+    """Whether a class with these data fields is one of the family's (see `_LAYOUT`)."""
+    return any(_LAYOUT.search(f) for f in fields)
+
+
+def in_family(d: "Derivation") -> bool:
+    """A derivation a draft step can leave stale: a memo (any write of its sources stales
+    it), one the configuration names, or a value computed from the layout itself (a maximum
+    of `seq_lens`, offsets from `query_start_loc`); not a value of the model's shape or the
+    engine's settings that a constructor happens to compute beside it."""
+    return d.exact or d.kind == "configured" or holds_layout(d.sources)
 
 KINDS = ("memo", "built", "advanced-with", "configured")
 
@@ -132,8 +153,14 @@ def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
                     except (SyntaxError, ValueError, MemoryError, RecursionError):
                         tree = cache[None] = ast.Module(body=[], type_ignores=[])
                 where = module.project.display(module.path)
+                # only the functions whose lines spell `Name(` (one walk of the module each
+                # class name would cost more than the lines' search)
+                lines = sorted({text.count("\n", 0, m.start()) + 1 for m in re.finditer(re.escape(name) + r"\s*\(", text)})
                 for fn in ast.walk(tree):
                     if not isinstance(fn, FUNCS):
+                        continue
+                    i = bisect.bisect_left(lines, fn.lineno)
+                    if i == len(lines) or lines[i] > (fn.end_lineno or fn.lineno):
                         continue
                     values = None
                     for sub in walk_local(fn):
@@ -159,6 +186,8 @@ def _memos_of(info) -> list[Derivation]:
     fields = class_fields(info)
     declared = {f for c in info.classes() for f in c.facts.fields}
     out: list[Derivation] = []
+    if not holds_layout(fields):
+        return out
     for cls in info.classes():
         where = cls.module.project.display(cls.module.path)
         for name in cls.facts.methods:
@@ -172,7 +201,7 @@ def _memos_of(info) -> list[Derivation]:
                 for sub in walk_local(node):
                     if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and me is not None and ref(getattr(sub.targets[0], "value", None)) == me:
                         for d in _assigned_derivation(sub, where, f"{cls.name}.{name}"):
-                            if d.field in fields and set(d.sources) & fields:
+                            if d.field in fields and set(d.sources) & fields and in_family(d):
                                 out.append(d)
     return out
 

@@ -57,6 +57,17 @@ def literal_kind(node: ast.AST | None) -> str | None:
 def walk_local(node: ast.AST) -> Iterator[ast.AST]:
     """Every node under `node` that runs as part of it: nested defs, classes and lambdas are
     other scopes and are not entered (their decorators and defaults are)."""
+    if isinstance(node, FUNCS):
+        # a function is walked by many questions (facts, aliases, each rule's look for
+        # candidates): its nodes are listed once, kept on the node, in the same order
+        got = node.__dict__.get("_local_nodes")
+        if got is None:
+            got = node.__dict__["_local_nodes"] = list(_walk_local(node))
+        return iter(got)
+    return _walk_local(node)
+
+
+def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
     stack = list(ast.iter_child_nodes(node))
     while stack:
         cur = stack.pop()

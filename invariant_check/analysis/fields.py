@@ -31,7 +31,7 @@ from .flow import ENTRY, Flow
 from .needs import Names, Need, PerText, Words
 from .objects import bound_value, canonical, carries, copy_of
 from .project import ClassInfo, FunctionInfo, Module
-from .source import ascii_text
+from .source import quick_text
 from .summaries import Summaries
 
 # -- names ------------------------------------------------------------------------------------
@@ -51,7 +51,21 @@ class Locals(dict):
     every such name bound to a copy of another object (`new = copy.copy(md)`: `md`)."""
 
     values: dict[str, ast.AST]
-    copies: dict[str, str]
+    _copies: dict[str, str] | None = None
+    _find_copies = None
+
+    @property
+    def copies(self) -> dict[str, str]:
+        # worked out when first asked: resolving the helpers a function calls costs more than
+        # the rest of its aliases, and most functions never ask
+        if self._copies is None:
+            find, self._find_copies = self._find_copies, None
+            self._copies = find() if find is not None else {}
+        return self._copies
+
+    @copies.setter
+    def copies(self, value: dict[str, str]) -> None:
+        self._copies = value
 
 
 def local_aliases(node: ast.AST, view=None) -> Locals:
@@ -94,13 +108,18 @@ def local_aliases(node: ast.AST, view=None) -> Locals:
         for name, found in exprs.items()
         if len(found) == 1 and found[0] is not None and len(seen.get(name, ())) == 1
     }
-    out.copies = {}
     resolve = (lambda call: resolve_call(view, call)[1]) if view is not None else None
     summaries = view.ctx.summaries() if view is not None else None
-    for name, value in out.values.items():
-        made = copy_of(value, out, resolve, summaries)
-        if made is not None and made.source != name:
-            out.copies[name] = made.source
+
+    def find() -> dict[str, str]:
+        copies: dict[str, str] = {}
+        for name, value in out.values.items():
+            made = copy_of(value, out, resolve, summaries)
+            if made is not None and made.source != name:
+                copies[name] = made.source
+        return copies
+
+    out._find_copies = find
     return out
 
 
@@ -271,6 +290,55 @@ def store_writes(target: ast.AST, stmt: ast.AST, aliases: dict[str, str]) -> lis
     else:
         sign = direction(getattr(stmt, "value", None), old, aliases)
     return [FieldWrite(obj, holder.attr, "set", sign, stmt, subscript)]
+
+
+# methods that hand the same values on, in another place, device or dtype
+_SAME_VALUES = frozenset({"clone", "contiguous", "to", "detach", "cpu", "cuda", "pin_memory", "view", "reshape"})
+
+
+def moves_unchanged(stmt: ast.AST, func: ast.AST, aliases: dict[str, str]) -> bool:
+    """`x.f = v` that gives `x.f` the values it already held, in another buffer: `v` a view or
+    copy of `x.f` itself (`x.f.clone()`, `x.f.to(dev)`), or a buffer the function filled
+    from `x.f` before (`buf[:n].copy_(x.f)` ... `x.f = buf[:n]`, the same spelling, not
+    written again in between). Nothing derived from the old values goes stale."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute)):
+        return False
+    target = stmt.targets[0]
+    obj = canonical(ref(target.value), aliases)
+    if obj is None:
+        return False
+    old = f"{obj}.{target.attr}"
+    value = stmt.value
+    while isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_VALUES:
+        value = value.func.value
+    if canonical(ref(value), aliases) == old:
+        return True
+    spelled = ast.unparse(stmt.value)
+    filled_at = None
+    for sub in walk_local(func):
+        if getattr(sub, "lineno", 0) >= stmt.lineno:
+            continue
+        if (
+            isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr == "copy_"
+            and len(sub.args) == 1 and canonical(ref(sub.args[0]), aliases) == old
+            and ast.unparse(sub.func.value) == spelled
+        ):
+            filled_at = max(filled_at or 0, sub.lineno)
+    if filled_at is None:
+        return False
+    for sub in walk_local(func):
+        line = getattr(sub, "lineno", 0)
+        if not filled_at < line < stmt.lineno:
+            continue
+        written = None
+        if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            written = [ast.unparse(t) for t in targets]
+        elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr.endswith("_"):
+            written = [ast.unparse(sub.func.value)]
+        if written and spelled in written:
+            return False
+    return True
 
 
 _INPLACE_SIGN = {"add_": 1, "sub_": -1}
@@ -937,9 +1005,8 @@ class Moved(Need):
     def quick(self, data: bytes, lower: bytes) -> bool:
         if not any(b in data for b in self._bytes):
             return False
-        if not data.isascii():
-            return True  # offsets in bytes and in text differ: the literal answer is safe
-        return bool(self._all(ascii_text(data)))
+        text = quick_text(data)
+        return True if text is None else bool(self._all(text))
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         end = len(text) if end is None else end
@@ -998,9 +1065,8 @@ class Stored(Need):
     def quick(self, data: bytes, lower: bytes) -> bool:
         if not any(b in data for b in self._bytes):
             return False
-        if not data.isascii():
-            return True
-        return self.holds(ascii_text(data))
+        text = quick_text(data)
+        return True if text is None else self.holds(text)
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         return self._rx.search(text, start, len(text) if end is None else end) is not None
@@ -1022,9 +1088,8 @@ class Passed(Need):
     def quick(self, data: bytes, lower: bytes) -> bool:
         if not self.names.quick(data, lower):
             return False
-        if not data.isascii():
-            return True
-        return self.holds(ascii_text(data))
+        text = quick_text(data)
+        return True if text is None else self.holds(text)
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         for a, _b in self.names.occurrences(text, start, end):

@@ -60,6 +60,23 @@ def decode(data: bytes) -> str:
     return text
 
 
+_TEXT: list = [None, None]  # the bytes last decoded for a prefilter question, and their text
+
+
+def quick_text(data: bytes) -> str | None:
+    """The text a prefilter's byte-level question is answered on: the file decoded as
+    `decode` does (the same string object for the same bytes object, so the answers kept
+    by text identity are shared); None when the bytes do not decode (then the answer is
+    yes, and the parse reports the file)."""
+    if _TEXT[0] is not data:
+        try:
+            text = decode(data)
+        except DecodeError:
+            text = None
+        _TEXT[0], _TEXT[1] = data, text
+    return _TEXT[1]
+
+
 @dataclass
 class Source:
     """A decoded module. `text` is what positions refer to."""

@@ -29,7 +29,6 @@ from vllm.v1.attention.backend import AttentionBackend
 from vllm.v1.attention.backend import AttentionMetadata
 from vllm.v1.attention.backends.mla.indexer import dsa_indexer_uses_fp4
 from vllm.v1.attention.backends.mla.indexer import get_max_prefill_buffer_size
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 from vllm.v1.attention.backends.mla.sparse_swa import DeepseekV4SWACache
 from vllm.v1.kv_cache_interface import KVCacheSpec
 import math

@@ -12,7 +12,6 @@ from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadataBuilder
 from vllm.v1.kv_cache_interface import KVCacheSpec
 import functools

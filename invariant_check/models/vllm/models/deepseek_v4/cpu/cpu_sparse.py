@@ -6,7 +6,6 @@ from vllm.models.deepseek_v4.attention import DeepseekV4Indexer
 from vllm.models.deepseek_v4.cpu.cpu_mla import DeepseekV4CPUSparseBackend
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.v1.attention.backend import AttentionMetadata
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 import torch
 import torch.nn as nn
 

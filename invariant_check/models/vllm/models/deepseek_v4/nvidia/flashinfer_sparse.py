@@ -9,7 +9,6 @@ from vllm.models.deepseek_v4.common.ops import build_flashinfer_mixed_sparse_ind
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
 from vllm.v1.attention.backend import AttentionCGSupport
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadataBuilder
 import torch
 

@@ -3,7 +3,6 @@
 
 from vllm.models.deepseek_v4.attention import DeepseekV4Attention
 from vllm.models.deepseek_v4.sparse_mla import DeepseekV4FlashMLAMetadata
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 import torch
 
 

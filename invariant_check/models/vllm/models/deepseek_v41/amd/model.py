@@ -12,7 +12,6 @@ from vllm.models.deepseek_v41.common.engram import EngramLayout
 from vllm.models.deepseek_v41.common.engram import NgramHashState
 from vllm.models.deepseek_v41.decoder_replay_layers import DecoderReplayLayers
 from vllm.sequence import IntermediateTensors
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 import torch
 import torch.nn as nn
 

@@ -14,7 +14,6 @@ from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 from vllm.v1.kv_cache_interface import KVCacheSpec
 import functools
 import torch

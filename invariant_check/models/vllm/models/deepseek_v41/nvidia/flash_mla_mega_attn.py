@@ -10,7 +10,6 @@ from vllm.models.deepseek_v41.common.ops.query_quant import can_fuse_query_quant
 from vllm.models.deepseek_v41.nvidia.flashmla import DeepseekV4FlashMLAAttention
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v41.sparse_mla import FlashMLAMegaAttnBackend
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 import torch
 
 

@@ -7,7 +7,6 @@ from vllm.models.deepseek_v41.sparse_mla import DeepseekV41SparseSWAMetadataBuil
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLABackend
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.v1.attention.backend import AttentionCGSupport
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 import torch
 
 

@@ -20,7 +20,6 @@ from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInf
 from vllm.models.deepseek_v41.nvidia.flashmla import DeepseekV4FlashMLAAttention
 from vllm.models.deepseek_v41.nvidia.ops.mhc import supports_mhc_all_reduce
 from vllm.sequence import IntermediateTensors
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 import torch
 import torch.nn as nn
 

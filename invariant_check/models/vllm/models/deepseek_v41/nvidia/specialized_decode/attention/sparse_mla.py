@@ -3,7 +3,6 @@
 
 from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInferMLAAttention
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
 import torch
 
 

@@ -5,4 +5,3 @@ from vllm.model_executor.layers.sparse_mqa_indexer import SparseMQAIndexer
 from vllm.models.deepseek_v41.nvidia.flashinfer_sparse import DeepseekV4FlashInferMLAAttention
 from vllm.models.deepseek_v41.nvidia.model import DeepseekV4Model
 from vllm.models.deepseek_v41.nvidia.specialized_decode.attention.sparse_mla import SparseIndexTables
-from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWAMetadata
