@@ -28,7 +28,7 @@ from typing import Callable, Iterator
 
 from .facts import CallFact, annotation_ref, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
-from .needs import Names, Need, PerText, Words
+from .needs import AnyLiteral, Names, Need, PerText, Words
 from .objects import bound_value, canonical, carries, copy_of
 from .project import ClassInfo, FunctionInfo, Module
 from .source import quick_text
@@ -999,11 +999,11 @@ class Moved(Need):
         body = "|".join(re.escape(f) for f in sorted(self.fields, key=len, reverse=True))
         self._attr = re.compile(rf"\.(?:\s|\\\n|#[^\n]*\n)*(?:{body})(?![\w])") if body else re.compile(r"(?!)")
         self._before = re.compile(r"(?:\+|\b(?:add|sub)\s*\()[\s\w.\\(]*\Z")
-        self._bytes = tuple(f.encode() for f in self.fields)
+        self._bytes = AnyLiteral(f.encode() for f in self.fields)
         self._index = PerText(self._all)
 
     def quick(self, data: bytes, lower: bytes) -> bool:
-        if not any(b in data for b in self._bytes):
+        if not self._bytes(data):
             return False
         text = quick_text(data)
         return True if text is None else bool(self._all(text))
@@ -1060,10 +1060,10 @@ class Stored(Need):
         self._rx = re.compile(
             rf"\.{gap}(?:{body}){gap}(?:\[[^\]]*\]{gap})?(?:[-+*/]?=(?!=)|\.{gap}[a-z][a-z_]*_{gap}\()" if body else r"(?!)"
         )
-        self._bytes = tuple(f.encode() for f in self.fields)
+        self._bytes = AnyLiteral(f.encode() for f in self.fields)
 
     def quick(self, data: bytes, lower: bytes) -> bool:
-        if not any(b in data for b in self._bytes):
+        if not self._bytes(data):
             return False
         text = quick_text(data)
         return True if text is None else self.holds(text)

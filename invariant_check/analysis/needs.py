@@ -35,6 +35,26 @@ from typing import Callable, Iterable
 from ..globs import name_matcher, name_regex, required_literals
 
 
+class AnyLiteral:
+    """`any(lit in data for lit in literals)`, asked of the fewest literals that answer it: one
+    that holds another (`_seq_lens`, `seq_lens_cpu` hold `seq_lens`) is found wherever that
+    one is, so only the minimal ones are looked for. The answer is the plain question's."""
+
+    __slots__ = ("literals", "_minimal")
+
+    def __init__(self, literals: Iterable[bytes]) -> None:
+        self.literals = tuple(dict.fromkeys(literals))
+        ordered = sorted(self.literals, key=len)
+        minimal: list[bytes] = []
+        for lit in ordered:
+            if not any(m in lit for m in minimal):
+                minimal.append(lit)
+        self._minimal = tuple(minimal)
+
+    def __call__(self, data: bytes) -> bool:
+        return any(lit in data for lit in self._minimal)
+
+
 class PerText:
     """Answers about a whole text, computed once and kept for the last few texts: a rule asks
     about a file and then about each of its definitions, and the answers for a range are a
@@ -389,6 +409,7 @@ class Names(Need):
             lit for lit in folded if not any(o != lit and o and o in lit for o in folded)
         )
         self._literals = tuple(lit.encode() for lit in self._text_literals)
+        self._any_literal = AnyLiteral(self._literals)
         # without a literal (a bare `*`) every identifier is a candidate: use the regex
         self._scan = all(self._text_literals)
         # rules that match the same globs (the metadata names of several rules) share one
@@ -406,7 +427,7 @@ class Names(Need):
         if self._quick_for is data:
             return self._quick_answer
         hay = data if self.case_sensitive else lower
-        answer = any(lit in hay for lit in self._literals)  # b"" (a bare `*`) is always in
+        answer = self._any_literal(hay)  # b"" (a bare `*`) is always in
         self._quick_for, self._quick_answer = data, answer
         return answer
 
