@@ -638,44 +638,6 @@ def build_groups(self, groups, seq_lens, query_start_loc):
         ),
     ]
     INVALID = [
-        # The step's buffer is advanced after the copy: the metadata now points at other
-        # values, and the memo still holds the old ones.
-        Invalid(
-            """
-from .metadata import LayoutMetadata
-
-def draft(self, md: LayoutMetadata, n: int):
-    for step in range(self.num_steps):
-        self.lens_buf[step][:n].copy_(md.seq_lens)
-        self.lens_buf[step][:n] += 1
-        md.seq_lens = self.lens_buf[step][:n]
-        self.build(md, step)
-""",
-            line=7,
-            message_contains="`_computed_cache`",
-            files={"metadata.py": _LAYOUT_METADATA},
-        ),
-        # The base object is read before the groups are built: the memo it filled is copied
-        # into every group's object, whose query offsets then change.
-        Invalid(
-            """
-import copy
-
-from .metadata import LayoutMetadata
-
-def build_groups(self, groups, seq_lens, query_start_loc):
-    base = LayoutMetadata(seq_lens=seq_lens, query_start_loc=query_start_loc, num_tokens=int(query_start_loc[-1]))
-    self.total = base.computed().sum()
-    for group in groups:
-        md = copy.copy(base)
-        if group.unpadded:
-            md.query_start_loc = self.unpadded_query_start_loc[: query_start_loc.shape[0]]
-        group.builder.build(md)
-""",
-            line=11,
-            message_contains="`_computed_cache`",
-            files={"metadata.py": _LAYOUT_METADATA},
-        ),
         # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
         Invalid(
             """
@@ -1085,6 +1047,44 @@ def step(md: StepMetadata):
             line=15,
             message_contains="`total_len`",
         ),
+        # The step's buffer is advanced after the copy: the metadata now points at other
+        # values, and the memo still holds the old ones.
+        Invalid(
+            """
+from .metadata import LayoutMetadata
+
+def draft(self, md: LayoutMetadata, n: int):
+    for step in range(self.num_steps):
+        self.lens_buf[step][:n].copy_(md.seq_lens)
+        self.lens_buf[step][:n] += 1
+        md.seq_lens = self.lens_buf[step][:n]
+        self.build(md, step)
+""",
+            line=7,
+            message_contains="`_computed_cache`",
+            files={"metadata.py": _LAYOUT_METADATA},
+        ),
+        # The base object is read before the groups are built: the memo it filled is copied
+        # into every group's object, whose query offsets then change.
+        Invalid(
+            """
+import copy
+
+from .metadata import LayoutMetadata
+
+def build_groups(self, groups, seq_lens, query_start_loc):
+    base = LayoutMetadata(seq_lens=seq_lens, query_start_loc=query_start_loc, num_tokens=int(query_start_loc[-1]))
+    self.total = base.computed().sum()
+    for group in groups:
+        md = copy.copy(base)
+        if group.unpadded:
+            md.query_start_loc = self.unpadded_query_start_loc[: query_start_loc.shape[0]]
+        group.builder.build(md)
+""",
+            line=11,
+            message_contains="`_computed_cache`",
+            files={"metadata.py": _LAYOUT_METADATA},
+        ),
     ]
 
     @classmethod
@@ -1209,14 +1209,14 @@ def increment_need(table: Table) -> Need:
     Derived from the learned table: a memo of a project class that reads a field no release's
     memo reads is found where the write is spelled as an advance, or with `--no-prefilter`."""
     sources = sorted(table.sources() | {variant_of(s) for s in table.sources()})
-    bounds = table.bound_sources()
     handed = sorted(table.stepped_sources())
-    memo_only = sorted(table.exact_sources() - bounds)
+    exact = sorted(table.exact_sources() | {variant_of(s) for s in table.exact_sources()})
     # as `_may_write_a_source` reads a function: a field a draft step moves, handed to a call
-    # or stored to; a field only a memo reads, stored to where a loop can reuse the object
-    parts: list[Need] = [Moved(sources), Passed(Names(handed, case_sensitive=True)), Stored(handed)]
-    if memo_only:
-        parts.append(AllNeed(Stored(memo_only), Words("for", "while")))
+    # (as `x.seq_lens`, or a slice of it) or stored to; a field a memo reads, stored to where
+    # a loop can reuse the object (any write stales a memo, and one outside a loop is not judged)
+    parts: list[Need] = [Moved(sources), Passed(Names(handed, case_sensitive=True), attribute=True), Stored(handed)]
+    if exact:
+        parts.append(AllNeed(Stored(exact), Words("for", "while")))
     return AnyNeed(*parts)
 
 

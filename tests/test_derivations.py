@@ -298,3 +298,61 @@ def test_the_command_names_a_missing_input_in_one_line(tmp_path):
     assert run.code == 2
     assert_no_traceback(run)
     assert "nope.py" in run.err and len(run.err.strip().splitlines()) == 1
+
+
+# -- the family's classes -----------------------------------------------------------------------------
+
+NOT_METADATA = """
+from dataclasses import dataclass
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: str
+    index: int
+
+
+def parse(raw):
+    return ToolCall(name=raw.name, arguments=render(raw.name), index=raw.index)
+
+
+def parse_stream(chunk):
+    return ToolCall(name=chunk.name, arguments=render(chunk.name), index=chunk.index)
+
+
+def next_call(call: ToolCall):
+    call.index += 1
+    call.name = call.name + "_next"
+    return call
+"""
+
+
+def test_a_class_without_a_token_layout_derives_nothing_for_the_rule(tmp_path):
+    # two constructors compute `arguments` from `name`: as strong as the evidence for
+    # `max_seq_len`, but a tool call holds no lengths, offsets or positions a draft step moves
+    (tmp_path / "calls.py").write_text(NOT_METADATA.lstrip("\n"))
+    run = run_cli("lint", "--no-cache", "--format", "json", "--select", "IC004", ".", cwd=tmp_path)
+    assert_no_traceback(run)
+    assert json.loads(run.out)["findings"] == []
+    run = run_cli("derivations", "--class", "ToolCall", str(tmp_path / "calls.py"), cwd=tmp_path)
+    assert run.code == 0, run.err
+    assert "not a metadata class" in run.err and "no derived fields known for ToolCall" in run.out
+    # the same shape in a class that holds sequence lengths is the family's
+    layout = NOT_METADATA.replace("    index: int\n", "    index: int\n    seq_lens: list\n").replace(
+        "call.name = call.name + \"_next\"", "call.seq_lens += 1").replace(
+        "arguments=render(raw.name)", "arguments=render(raw.seq_lens, raw.name), seq_lens=raw.seq_lens").replace(
+        "arguments=render(chunk.name)", "arguments=render(chunk.seq_lens, chunk.name), seq_lens=chunk.seq_lens")
+    (tmp_path / "calls.py").write_text(layout.lstrip("\n"))
+    run = run_cli("lint", "--no-cache", "--format", "json", "--select", "IC004", ".", cwd=tmp_path)
+    found = json.loads(run.out)["findings"]
+    assert [(f["line"], f["data"]["stale_fields"]) for f in found] == [(22, ["arguments"])], run.out
+
+
+def test_the_literal_screen_answers_as_the_plain_question():
+    from invariant_check.analysis.needs import AnyLiteral
+
+    lits = [b"seq_lens", b"_seq_lens", b"seq_lens_cpu", b"query_start_loc", b"positions", b""[:0] or b"pos"]
+    screen = AnyLiteral(lits)
+    for data in (b"x.seq_lens_cpu", b"self._seq_lens", b"query_start_lo", b"nothing here", b"posit", b""):
+        assert screen(data) == any(lit in data for lit in lits), data

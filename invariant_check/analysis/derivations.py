@@ -156,9 +156,7 @@ def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
                 # only the functions whose lines spell `Name(` (one walk of the module each
                 # class name would cost more than the lines' search)
                 lines = sorted({text.count("\n", 0, m.start()) + 1 for m in re.finditer(re.escape(name) + r"\s*\(", text)})
-                for fn in ast.walk(tree):
-                    if not isinstance(fn, FUNCS):
-                        continue
+                for fn in _functions(tree):
                     i = bisect.bisect_left(lines, fn.lineno)
                     if i == len(lines) or lines[i] > (fn.end_lineno or fn.lineno):
                         continue
@@ -171,6 +169,20 @@ def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
             cache[name] = got
         out.extend(got)
     return out
+
+
+def _functions(tree: ast.AST) -> Iterator[ast.AST]:
+    """Every function of a module, found through statements only (a function is one; the
+    expressions, most of a module's nodes, are never entered)."""
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, FUNCS):
+            yield node
+        for name in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, name, None)
+            if isinstance(block, list):
+                stack.extend(b for b in block if isinstance(b, (ast.stmt, ast.excepthandler, ast.match_case)))
 
 
 def memos_of(info) -> list[Derivation]:

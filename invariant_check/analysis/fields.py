@@ -1077,14 +1077,21 @@ class Stored(Need):
 
 class Passed(Need):
     """A name matching `names` (the last part of a dotted ref) where an argument starts:
-    after `(`, `,`, `=` or `*` (past a dotted receiver, blanks, comments)."""
+    after `(`, `,`, `=` or `*` (past a dotted receiver, blanks, comments). `attribute`: only
+    as an attribute of something (`f(md.seq_lens)`, `f(x.bufs[i].seq_lens)`), never a bare
+    name (`f(seq_lens)`)."""
 
     cost = 6
 
-    def __init__(self, names: Names) -> None:
+    def __init__(self, names: Names, attribute: bool = False) -> None:
         self.names = names
+        self.attribute = attribute
         gap = r"(?:\s|\\\n|#[^\n]*\n)*"
-        self._before = re.compile(rf"[(,=*]{gap}(?:\w+(?:\s|\\\n)*\.(?:\s|\\\n)*)*\Z")
+        if attribute:
+            # any receiver without a call's parenthesis or an argument's separator in it
+            self._before = re.compile(rf"[(,=*]{gap}[^(),=]*\.(?:\s|\\\n)*\Z")
+        else:
+            self._before = re.compile(rf"[(,=*]{gap}(?:\w+(?:\s|\\\n)*\.(?:\s|\\\n)*)*\Z")
     def quick(self, data: bytes, lower: bytes) -> bool:
         if not self.names.quick(data, lower):
             return False
@@ -1098,7 +1105,7 @@ class Passed(Need):
         return False
 
     def describe(self) -> str:
-        return f"{self.names.describe()} passed as an argument"
+        return f"{self.names.describe()} passed as an argument" + (" (as `x.name`)" if self.attribute else "")
 
 
 def _skip_space(text: str, pos: int) -> int:

@@ -88,6 +88,9 @@ class FactStore:
 
     keeps_words = False  # whether `put_word` keeps anything (else no digest is computed for it)
 
+    def remember_digest(self, path: Path, digest: str) -> None:
+        """The digest of a file just read from disk, for `known_digest` to answer later."""
+
     def holds_word(self, digest: str, word: str) -> bool | None:
         return None
 
@@ -983,6 +986,7 @@ class Project:
                     present = bool(raw in data and rx.search(data))
                     if store.keeps_words and d is None and self._digest is not None:
                         d = self._digest(data)
+                        store.remember_digest(path, d)
                 if store.keeps_words and d is not None:
                     store.put_word(d, word, present)
             if present:
@@ -1018,6 +1022,7 @@ class Project:
                 got.append(fid)
         if self._store.keeps_words and self._digest is not None and self._known_digest(path) is None:
             self._file_digests[path] = self._digest(data)
+            self._store.remember_digest(path, self._file_digests[path])
         return words
 
     def call_sites(self, name: str) -> list[tuple[Module, F.FunctionFacts, list[F.CallFact]]]:

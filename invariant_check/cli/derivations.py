@@ -50,11 +50,17 @@ def learned_from(paths: list[str], class_name: str | None) -> tuple[list[D.Deriv
 
 def run(paths: list[str], class_name: str | None, fmt: str, extra: dict[str, list[str]] | None = None) -> list[D.Derivation]:
     learned, fields = learned_from(paths, class_name)
+    # what IC004 counts: a derivation of the family (see `derivations.in_family`)
+    learned = [d for d in learned if D.in_family(d)]
     table = D.Table(list(D.bundled()) + learned + D.configured(extra or {}))
     rows = table.all
     if class_name:
         if fields is None and paths:
             raise InputError(f"class {class_name!r} is not defined in {', '.join(paths)}")
+        if fields is not None and not D.holds_layout(fields):
+            click.echo(f"{class_name} holds no field of a batch's token layout (lengths, query offsets, positions, slots, "
+                       "block tables): not a metadata class, nothing is derived", err=True)
+            fields = set()
         if fields is None:
             # no files: the class as the releases' evidence names it, or any class holding both
             rows = [d for d in rows if d.owner in (class_name, None)]

@@ -97,6 +97,17 @@ class _CacheFacts(FactStore):
             return None
         return self.cache.digest_for(str(path), st)
 
+    def remember_digest(self, path: Path, d: str) -> None:
+        # a file read from disk for a word search: its digest is kept by its stat, so the next
+        # search (the next edit's, in a language server) answers it without reading it
+        if self.cache is None or path in self.sources:
+            return
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        self.cache.remember(str(path), st, d)
+
     def holds_word(self, d: str, word: str) -> bool | None:
         got = self.new_words.get(d, {}).get(word)
         if got is None and self.cache is not None:
