@@ -135,37 +135,34 @@ def method_memos(item: ast.AST, fields: set[str], where: str, owner: str | None)
 def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
     """The derivations a module of the project model shows through its constructors of the
     named classes (`Meta(seq_lens=s, total=int(s.sum()))`), learned once per module and class
-    name; a module that never spells `Name(` is not parsed."""
+    name. Only the definitions that spell the name are read, through the module's own parsed
+    chunks (the ones the rules share): the module is never parsed again whole."""
+    from .needs import Words
+
     cache = module.__dict__.setdefault("_derivations", {})
     out: list[Derivation] = []
-    text = None
     for name in class_names:
         got = cache.get(name)
         if got is None:
-            if text is None:
-                text = module.source.text
             got = []
-            if name + "(" in text:
-                tree = cache.get(None)
-                if tree is None:
-                    try:
-                        tree = cache[None] = ast.parse(text)
-                    except (SyntaxError, ValueError, MemoryError, RecursionError):
-                        tree = cache[None] = ast.Module(body=[], type_ignores=[])
+            if name + "(" in module.source.text:
                 where = module.project.display(module.path)
-                # only the functions whose lines spell `Name(` (one walk of the module each
-                # class name would cost more than the lines' search)
-                lines = sorted({text.count("\n", 0, m.start()) + 1 for m in re.finditer(re.escape(name) + r"\s*\(", text)})
-                for fn in _functions(tree):
-                    i = bisect.bisect_left(lines, fn.lineno)
-                    if i == len(lines) or lines[i] > (fn.end_lineno or fn.lineno):
+                seen: set[int] = set()
+                for chunk in module.leaf_chunks(Words(name)):
+                    try:
+                        own, extra = module.statements(chunk)
+                    except (SyntaxError, ValueError, MemoryError, RecursionError):
                         continue
-                    values = None
-                    for sub in walk_local(fn):
-                        if isinstance(sub, ast.Call) and last_name(sub.func) == name and len(sub.keywords) >= 2:
-                            if values is None:
-                                values = _single_bindings(fn)
-                            got.extend(_keyword_derivations(sub, values, where, fn.name))
+                    for fn in _functions(ast.Module(body=list(own) + list(extra), type_ignores=[])):
+                        if id(fn) in seen:
+                            continue
+                        seen.add(id(fn))
+                        values = None
+                        for sub in walk_local(fn):
+                            if isinstance(sub, ast.Call) and last_name(sub.func) == name and len(sub.keywords) >= 2:
+                                if values is None:
+                                    values = _single_bindings(fn)
+                                got.extend(_keyword_derivations(sub, values, where, fn.name))
             cache[name] = got
         out.extend(got)
     return out
