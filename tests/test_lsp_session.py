@@ -178,3 +178,47 @@ def test_files_outside_the_workspace_folders_get_the_project_of_their_own_folder
     assert [f.rule for f in session.lint(b / "model.py", text).findings] == ["IC003"]
     assert session.state_for(a / "model.py").root == tmp_path / "a"
     assert session.state_for(b / "model.py").root == tmp_path / "b"
+
+
+def test_files_a_caller_search_read_are_answered_by_their_stat_on_the_next_edit(tmp_path, monkeypatch):
+    # IC004 looks for the callers of a helper that advances its parameter's lengths: a search
+    # of every file of the project for the helper's name. The files it had to read are known
+    # by their stat afterwards, so the next edit's search does not read them again.
+    import os
+
+    from invariant_check.lint import engine as engine_mod
+
+    (tmp_path / "pyproject.toml").write_text("[tool.invariant-check]\n")
+    (tmp_path / "meta.py").write_text(textwrap.dedent('''\
+        from dataclasses import dataclass
+
+
+        @dataclass
+        class Meta:
+            seq_lens: "torch.Tensor"
+            max_seq_len: int
+    '''))
+    step = tmp_path / "step.py"
+    step.write_text("def advance(md):\n    md.seq_lens += 1\n")
+    for i in range(20):
+        (tmp_path / f"other{i}.py").write_text(f"def f{i}():\n    return {i}\n")
+    old = 1_000_000_000  # the files were written long ago: their stat can be trusted
+    for p in tmp_path.iterdir():
+        os.utime(p, (old, old))
+    reads: list[str] = []
+    real = engine_mod.Engine._read_for_project
+
+    def counting(self, path):
+        reads.append(path.name)
+        return real(self, path)
+
+    monkeypatch.setattr(engine_mod.Engine, "_read_for_project", counting)
+    session = Session(Settings(), [tmp_path])
+    text = step.read_bytes()
+    session.open(step, text)
+    session.lint(step, text)
+    first = [n for n in reads if n.startswith("other")]
+    assert first, "the callers' search read no file: the test does not exercise it"
+    reads.clear()
+    session.lint(step, text + b"\n# an edit\n")
+    assert [n for n in reads if n.startswith("other")] == []
