@@ -1287,7 +1287,10 @@ def _may_write_a_source(func: ast.AST, table: Table) -> bool:
                     return True
             if any(k.arg == "out" and named(k.value, sources) for k in sub.keywords):
                 return True
-            if any(named(a, handed) for a in sub.args) or any(named(k.value, handed) for k in sub.keywords):
+            spelled = ref(f.value if isinstance(f, ast.Subscript) else f) or ""
+            if spelled.split(".", 1)[0] in _NO_WRITES_THROUGH or spelled in _NOT_READERS:
+                continue  # as `_written_through_calls`: these write only through `out=` and in-place methods
+            if any(named(a, handed) for a in sub.args) or any(named(k.value, handed) for k in sub.keywords if k.arg != "out"):
                 return True
     return False
 
