@@ -165,6 +165,10 @@ class Module:
                 self.error = self.error or f"cannot decode: {exc}"
                 text = ""
             self._source = Source(self.project.display(self.path), text)
+            if self.digest is not None:
+                # the text is what every question reads from now on: the bytes (as large
+                # again) are let go once their digest is known
+                self._data = None
         return self._source
 
     @property
@@ -804,6 +808,8 @@ class Project:
                 module.digest = self._digest(module.data)
             except OSError:
                 return None
+            if module._source is not None:
+                module._data = None  # decoded already (see `Module.source`)
         return module.digest
 
     def stored_facts(self, module: Module) -> dict | None:
