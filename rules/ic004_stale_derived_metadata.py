@@ -1287,9 +1287,8 @@ def _may_write_a_source(func: ast.AST, table: Table) -> bool:
                     return True
             if any(k.arg == "out" and named(k.value, sources) for k in sub.keywords):
                 return True
-            spelled = ref(f.value if isinstance(f, ast.Subscript) else f) or ""
-            if spelled.split(".", 1)[0] in _NO_WRITES_THROUGH or spelled in _NOT_READERS:
-                continue  # as `_written_through_calls`: these write only through `out=` and in-place methods
+            if _writes_only_by_syntax(sub):
+                continue  # as `_written_through_calls`
             if any(named(a, handed) for a in sub.args) or any(named(k.value, handed) for k in sub.keywords if k.arg != "out"):
                 return True
     return False
@@ -1370,9 +1369,8 @@ def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str,
                     handed.append((arg, obj, base.attr))
         if not handed:
             continue
-        spelled = ref(sub.func.value if isinstance(sub.func, ast.Subscript) else sub.func) or ""
-        if spelled.split(".", 1)[0] in _NO_WRITES_THROUGH or spelled in _NOT_READERS:
-            continue  # torch's and numpy's ops write only through `out=` (read above) and in-place methods
+        if _writes_only_by_syntax(sub):
+            continue
         fn = resolve_call(view, sub)[1]
         if fn is None:
             continue
@@ -1388,6 +1386,14 @@ def _written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str,
                 yield FieldWrite(obj, field, "set", 1 if got == ADVANCES else None, sub, isinstance(arg, ast.Subscript)), sub
                 break
 
+
+
+def _writes_only_by_syntax(call: ast.Call) -> bool:
+    """torch's, numpy's and the builtins' calls write only through `out=` and in-place
+    methods (read from the syntax): a tensor handed to them is not written through them."""
+    func = call.func.value if isinstance(call.func, ast.Subscript) else call.func
+    spelled = ref(func) or ""
+    return spelled.split(".", 1)[0] in _NO_WRITES_THROUGH or spelled in _NOT_READERS
 
 
 _NO_WRITES_THROUGH = frozenset({"torch", "np", "numpy", "math", "F", "int", "float", "min", "max", "sum", "list", "tuple", "dict", "range", "zip", "enumerate", "sorted", "any", "all"})
