@@ -325,7 +325,13 @@ class Module:
         return self._stored
 
     def _compute_facts(self, chunk: Chunk) -> ChunkFacts:
+        # a chunk parsed only for its facts is not kept: most are never asked again (the
+        # modules a call or an import reaches), and their trees were most of a run's memory;
+        # one asked again later is parsed again, and kept from then on
+        kept = chunk.index in self._stmts or self._whole is not None
         own, trailing = self.statements(chunk)
+        if not kept and self._whole is None:
+            del self._stmts[chunk.index]
         if self._whole is not None:
             chunk = self.outline.chunks[0]
             own, trailing = self._whole, []
