@@ -139,7 +139,7 @@ def vocabulary() -> Vocabulary:
     opts = {code: rules[code].default_options() for code in ("IC002", "IC003", "IC004", "IC005")}
     # the derived fields IC004 checks: what scripts/gen_derivations.py learned from the
     # releases (fields draft steps move, and what derives from them), and the configuration's
-    from invariant_check.rules.ic004_stale_derived_metadata import learned_table
+    from invariant_check.analysis.stale_derived import learned_table
 
     table = learned_table(opts["IC004"]["derived-fields"])
     derived = {s: sorted({d.field for d in table.derived_from(s)}) for s in sorted(table.moving_sources())}

@@ -64,7 +64,7 @@ def test_the_selection_is_derived_from_the_rules_options():
     gen = _gen_models()
     vocab = gen.vocabulary()
     from invariant_check.api.registry import all_rules
-    from invariant_check.rules.ic004_stale_derived_metadata import learned_table
+    from invariant_check.analysis.stale_derived import learned_table
 
     table = learned_table(all_rules()["IC004"].default_options()["derived-fields"])
     assert set(vocab.advanced) == table.moving_sources()

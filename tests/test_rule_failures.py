@@ -49,10 +49,11 @@ class Predictor(nn.Module):
         self.skip = skip
 """
 
-# Runs the real CLI with IC004's `_known` made to fail on the object named `broken`.
+# Runs the real CLI with IC004's `_known` (its analysis, `analysis/stale_derived.py`) made to
+# fail on the object named `broken`.
 LAUNCHER = """
 import sys
-import invariant_check.rules.ic004_stale_derived_metadata as ic004
+import invariant_check.analysis.stale_derived as ic004
 from invariant_check.cli.commands import main
 
 real = ic004._known

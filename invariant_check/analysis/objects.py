@@ -12,6 +12,11 @@
 - *Aliases.* `aliases_of` gives the names and container entries bound to one object in a
   function: `y = x`, `d = {k: x for k in ...}`, `d[k] = x`, `y = d[k]`, `for y in d.values()`.
   An update through any of them updates them all.
+- *Fresh copies.* `fresh_copy_each_pass` says whether a loop binds a name, on each pass, to a
+  new copy of an object the function builds itself and that neither the loop nor the code
+  before it writes or hands to a call (no reader can have cached anything on it);
+  `copy_spelled` (a call its name spells as a copy) and `handed_on` (what a call is given,
+  its receiver included) are the spellings it reads.
 
 Everything is a query over one function's `ast`, the project model and the summaries of the
 functions it calls; nothing is kept beyond the summaries' memos.
@@ -32,6 +37,9 @@ Resolver = Callable[[ast.Call], "FunctionInfo | None"]
 
 _COPY_CALLS = frozenset({"copy.copy", "copy.deepcopy", "copy", "deepcopy"})
 _REPLACE = "replace"
+# a copy as its last name spells it (`copy_spelled`): `copy`, `deepcopy`, `replace`; `shallow_copy*` methods
+_COPY_NAMES = frozenset({n.rpartition(".")[2] for n in _COPY_CALLS} | {_REPLACE})
+_SHALLOW_COPY = "shallow_copy"
 
 
 @dataclass(frozen=True)
@@ -368,3 +376,59 @@ def container_copy_of(value: ast.AST) -> set[str]:
         elif ref(value.func) in _COPY_CALLS and value.args and ref(value.args[0]):
             out.add(ref(value.args[0]))
     return out
+
+
+# -- copies made afresh in a loop --------------------------------------------------------------------
+
+
+def copy_spelled(call: ast.Call) -> bool:
+    """A call its name spells as a copy: `copy(x)`, `deepcopy(x)` (also through a module:
+    `copy.copy`), `replace(x, ...)` / `x.replace(...)`, `self.shallow_copy*(x)`. Read from the
+    name alone, unlike `copy_of` (which resolves the call and names the object copied)."""
+    return last_name(call.func) in _COPY_NAMES or (isinstance(call.func, ast.Attribute) and call.func.attr.startswith(_SHALLOW_COPY))
+
+
+def handed_on(call: ast.Call) -> list[ast.AST]:
+    """The values a call may keep or fill a memo on: its arguments, its keywords' values and,
+    for a method, the object it is called on (`base.computed()` fills its own memo)."""
+    passed = list(call.args) + [k.value for k in call.keywords]
+    if isinstance(call.func, ast.Attribute):
+        passed.append(call.func.value)
+    return passed
+
+
+def fresh_copy_each_pass(func: ast.AST, loop: ast.AST, name: str, aliases: dict[str, str]) -> bool:
+    """`name` is bound, in the loop's body, to a copy of an object the function builds itself
+    (`cm_base = Metadata(...)`) and neither the loop nor the code before it writes, rebinds or
+    hands to a call (`cm = copy(cm_base)` per group): each pass starts from an object no
+    reader has cached anything on, and what one pass caches on its copy is gone on the next."""
+    source = (getattr(aliases, "copies", None) or {}).get(name)
+    if not source or "." in source:
+        return False
+    built = [
+        n for n in walk_local(func)
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == source for t in n.targets)
+    ]
+    if len(built) != 1 or not (isinstance(built[0].value, ast.Call) and (last_name(built[0].value.func) or "")[:1].isupper()):
+        return False
+    for node in walk_local(func):
+        if isinstance(node, ast.Call) and built[0].lineno < node.lineno < loop.lineno:
+            # `base.computed()` fills its own memo
+            if any(isinstance(a, ast.Name) and a.id == source for a in handed_on(node)):
+                return False  # handed to a reader before the loop: it may have cached
+    bound = False
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            bound = True
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for piece in ast.walk(t):
+                    if isinstance(piece, ast.Name) and piece.id == source and isinstance(piece.ctx, ast.Store):
+                        return False
+                    if isinstance(piece, ast.Attribute) and isinstance(piece.value, ast.Name) and piece.value.id == source:
+                        return False
+        elif isinstance(node, ast.Call):
+            if not copy_spelled(node) and any(isinstance(a, ast.Name) and a.id == source for a in handed_on(node)):
+                return False
+    return bound
