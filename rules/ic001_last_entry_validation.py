@@ -18,7 +18,7 @@ from invariant_check.analysis.needs import (
     Any as AnyOf,
 )
 from invariant_check.analysis.source import one_line
-from invariant_check.analysis.values import COMPREHENSIONS, ONE_ENTRY_SHAPES, OneEntry, PickedInto, Produced, picked
+from invariant_check.analysis.values import COMPREHENSIONS, ONE_ENTRY_SHAPES, OneEntry, PickedInto, Produced, loop_collection, picked
 from invariant_check.analysis.values import Finding as ValueFinding
 from invariant_check.analysis.views import FunctionView
 from invariant_check.api.rule import Report, Rule
@@ -879,25 +879,9 @@ class Proposer:
         self.md, self.types = _matchers(options)
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
-        summaries = view.ctx.summaries()
-
         def is_validator(call: ast.Call, pos: int | str, names: tuple[str, ...]) -> bool:
             # only metadata is reported through a helper (a helper's check has no type here)
-            if not any(self.md.matches(_last(n)) for n in names):
-                return False
-            if view.info is None and view.qual != "<module>":
-                return False
-            callee = ref(call.func)
-            if callee is None:
-                return False
-            sym = view.resolve(callee)
-            fn = summaries.function_for(sym)
-            if fn is None:
-                return False
-            if isinstance(pos, str):  # passed by keyword
-                return pos in fn.facts.params and summaries.validates(fn, fn.facts.params.index(pos))
-            bound = fn.facts.cls is not None and isinstance(call.func, ast.Attribute) and fn.facts.params[:1] in (["self"], ["cls"])
-            return summaries.validates(fn, pos + (1 if bound else 0))
+            return any(self.md.matches(_last(n)) for n in names) and view.validates_through(call, pos)
 
         seen: set[int] = set()
         for found in view.last_values(is_validator):
@@ -944,7 +928,7 @@ class Proposer:
                 f"`{text}` {verb} only the last `{subject}` produced by {where}; "
                 f"every other entry goes {'unseen' if dispatch else 'unchecked'}"
             )
-            collection = _collection_of(loop, found.name) or _iterated(loop, found.name)
+            collection = loop_collection(loop, found.name)
             data["loop_line"] = loop.lineno
         else:
             entry = found.origin
@@ -1005,39 +989,6 @@ def _hint(dispatch: bool, collection: str | None, header: str | None, check, vie
         f"Check every entry: `if not all(isinstance(md, {types}) for md in {values}): raise ...`"
         f"{where}."
     )
-
-
-def _iterated(loop: ast.AST, name: str) -> str | None:
-    """`d` when the leftover is the loop's own variable over `d`, `d.values()`, `d.items()`."""
-    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.target.id == name:
-        it = loop.iter
-        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("values", "items") and not it.args:
-            return ref(it.func.value)
-        return ref(it)
-    return None
-
-
-def _collection_of(loop: ast.AST, name: str) -> str | None:
-    """`d` if the loop body also stores `name` into `d[...]` or `d.append(name)`."""
-    for node in ast.walk(loop):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == name:
-            for t in node.targets:
-                if isinstance(t, ast.Subscript):
-                    r = ref(t.value)
-                    if r:
-                        return r
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("append", "add")
-            and len(node.args) == 1
-            and isinstance(node.args[0], ast.Name)
-            and node.args[0].id == name
-        ):
-            r = ref(node.func.value)
-            if r:
-                return r
-    return None
 
 
 __all__ = ["LastEntryValidation"]

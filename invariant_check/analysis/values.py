@@ -794,3 +794,41 @@ def statement_starts(text: str, start: int, end: int) -> list[int]:
             depth = max(depth - 1, 0)
         elif tok in (";", "\n", "\r", "\r\n") and depth == 0:
             out.append(pos)
+
+
+def loop_collection(loop: ast.AST, name: str) -> str | None:
+    """The collection a loop's per-entry value belongs to: `d` when the body stores `name`
+    into `d[...]` or `d.append(name)` / `d.add(name)`, else when `name` is the loop's own
+    variable over `d`, `d.values()` or `d.items()`; None when neither is spelled."""
+    return _stored_into(loop, name) or _iterated(loop, name)
+
+
+def _iterated(loop: ast.AST, name: str) -> str | None:
+    if isinstance(loop, (ast.For, ast.AsyncFor)) and isinstance(loop.target, ast.Name) and loop.target.id == name:
+        it = loop.iter
+        if isinstance(it, ast.Call) and isinstance(it.func, ast.Attribute) and it.func.attr in ("values", "items") and not it.args:
+            return ref(it.func.value)
+        return ref(it)
+    return None
+
+
+def _stored_into(loop: ast.AST, name: str) -> str | None:
+    for node in ast.walk(loop):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id == name:
+            for t in node.targets:
+                if isinstance(t, ast.Subscript):
+                    r = ref(t.value)
+                    if r:
+                        return r
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("append", "add")
+            and len(node.args) == 1
+            and isinstance(node.args[0], ast.Name)
+            and node.args[0].id == name
+        ):
+            r = ref(node.func.value)
+            if r:
+                return r
+    return None

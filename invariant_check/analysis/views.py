@@ -110,6 +110,25 @@ class FunctionView:
             return UNKNOWN
         return self.project.resolve(self.module, spelled, self.scope(self_cls))
 
+    def validates_through(self, call: ast.Call, pos: int | str) -> bool:
+        """The function `call` reaches (through the project's imports) validates the value
+        it is handed at `pos` (an index into the call's arguments, or a keyword's name): a
+        helper such as `_check_types(md)` whose body checks or raises on that parameter."""
+        if self.info is None and self.qual != "<module>":
+            return False
+        callee = ref(call.func)
+        if callee is None:
+            return False
+        summaries = self.ctx.summaries()
+        fn = summaries.function_for(self.resolve(callee))
+        if fn is None:
+            return False
+        params = fn.facts.params
+        if isinstance(pos, str):  # passed by keyword
+            return pos in params and summaries.validates(fn, params.index(pos))
+        bound = fn.facts.cls is not None and isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"])
+        return summaries.validates(fn, pos + (1 if bound else 0))
+
     @cached_property
     def flow(self) -> Flow:
         return Flow(self.node)
