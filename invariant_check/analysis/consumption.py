@@ -41,7 +41,7 @@ import ast
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import FUNCS, ref
+from .facts import FUNCS, child_nodes, ref
 from .singletons import (
     GROWS,
     attribute_holds_one,
@@ -544,7 +544,7 @@ def _expr(expr: ast.AST, state: _State, target: _Target, result: _Result, *, tes
             elif kind == "use" and not state.covered:
                 result.used(_report_node(node, parents))
             continue
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             parents[id(child)] = node
             stack.append(child)
 
@@ -784,7 +784,7 @@ def _is_alias_expr(value: ast.AST, holders: set[str]) -> bool:
                     return False
                 cur = up
             continue
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             parents[id(child)] = node
             stack.append(child)
     return found
@@ -925,7 +925,7 @@ def _walk_expr(expr: ast.AST) -> Iterator[ast.AST]:
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
 
 
 def _walk(st: ast.AST) -> Iterator[ast.AST]:
@@ -934,7 +934,7 @@ def _walk(st: ast.AST) -> Iterator[ast.AST]:
     while stack:
         node = stack.pop()
         yield node
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             if isinstance(child, (*FUNCS, ast.ClassDef)):
                 continue
             stack.append(child)

@@ -35,7 +35,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from .facts import last_name, ref, walk_local
+from .facts import child_nodes, last_name, ref, walk_local
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
@@ -411,7 +411,7 @@ def _value_parts(expr: ast.AST) -> Iterator[ast.AST]:
             continue
         if isinstance(cur, ast.Lambda):
             continue
-        stack.extend(ast.iter_child_nodes(cur))
+        stack.extend(child_nodes(cur))
 
 
 def _mentions(expr: ast.AST, root: str, values: dict[str, ast.AST], depth: int = 3) -> bool:

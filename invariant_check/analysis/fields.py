@@ -26,7 +26,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import CallFact, annotation_ref, last_name, ref, target_names, walk_local
+from .facts import CallFact, annotation_ref, child_nodes, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import AnyLiteral, Names, Need, PerText, Words
 from .objects import bound_value, canonical, carries, copy_of
@@ -771,7 +771,7 @@ def parents(func: ast.AST) -> dict[int, ast.AST]:
     """id(node) -> its parent, for every node under `func`."""
     out: dict[int, ast.AST] = {}
     for node in ast.walk(func):
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             out[id(child)] = node
     return out
 

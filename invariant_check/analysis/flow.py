@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, pattern_names, ref, target_names
+from .facts import FUNCS, child_nodes, pattern_names, ref, target_names
 
 ENTRY, EXIT = -1, -2
 Atom = tuple[str, bool]  # (source, polarity)
@@ -168,7 +168,7 @@ class Flow:
         if isinstance(expr, ast.NamedExpr):
             preds = self._expr(expr.value, preds)
             return self._chain(preds, self._new("bind", expr, expr.target.id))
-        for child in ast.iter_child_nodes(expr):
+        for child in child_nodes(expr):
             if isinstance(child, ast.expr):
                 preds = self._expr(child, preds)
         return preds
@@ -293,7 +293,7 @@ class Flow:
             ok = self._new("cond", st.test, atoms=atoms)
             self._link(preds, ok)
             return {ok}
-        for child in ast.iter_child_nodes(st):
+        for child in child_nodes(st):
             if isinstance(child, ast.expr):
                 preds = self._expr(child, preds)
         return preds

@@ -29,7 +29,7 @@ import ast
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from .facts import last_name, ref, target_names, walk_local
+from .facts import child_nodes, last_name, ref, target_names, walk_local
 from .fields import Locals, call_writes, direction, flows_to, local_aliases, local_increment, resolve_call, store_targets, store_writes
 from .needs import Names
 from .objects import canonical
@@ -96,7 +96,7 @@ def own_nodes(loop: ast.AST) -> Iterator[ast.AST]:
         node = stack.pop()
         yield node
         if not isinstance(node, _SCOPES):
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
 
 
 def breaks_out(loop: ast.AST) -> bool:
@@ -108,7 +108,7 @@ def breaks_out(loop: ast.AST) -> bool:
             return True
         if isinstance(node, _LOOPS + _SCOPES):
             continue
-        stack.extend(ast.iter_child_nodes(node))
+        stack.extend(child_nodes(node))
     return False
 
 
@@ -202,7 +202,7 @@ def holds_one(view, func: ast.AST, loop: ast.AST) -> bool:
 def _parents(func: ast.AST) -> dict[int, ast.AST]:
     out: dict[int, ast.AST] = {}
     for node in ast.walk(func):
-        for child in ast.iter_child_nodes(node):
+        for child in child_nodes(node):
             out[id(child)] = node
     return out
 
@@ -306,7 +306,7 @@ def _calls_of(st: ast.stmt) -> Iterator[ast.Call]:
                 continue
             if isinstance(node, ast.Call):
                 yield node
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
 
 
 def _root(spelled: str | None) -> str | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ast
 from typing import Callable, Iterator
 
-from .facts import last_name, ref, target_names, walk_local
+from .facts import child_nodes, last_name, ref, target_names, walk_local
 from .fields import FieldFlow, direction, local_increment, updating_loops, writes_at
 from .flow import Flow, Loop, atoms_of
 from .project import FunctionInfo
@@ -49,7 +49,7 @@ def loop_calls_and_aliases(func: ast.AST) -> tuple[list[ast.Call], dict[str, str
             bound.setdefault(name, set()).add(value if isinstance(target, ast.Name) else None)
 
     def loop_calls(loop: ast.AST) -> None:
-        stack = list(ast.iter_child_nodes(loop))
+        stack = list(child_nodes(loop))
         while stack:
             node = stack.pop()
             if isinstance(node, _SCOPES):
@@ -58,7 +58,7 @@ def loop_calls_and_aliases(func: ast.AST) -> tuple[list[ast.Call], dict[str, str
                 calls.append(node)
             elif isinstance(node, ast.NamedExpr):
                 bind(node.target, None)
-            stack.extend(ast.iter_child_nodes(node))
+            stack.extend(child_nodes(node))
 
     def block(body: list, in_loop: bool) -> None:
         for st in body:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from .facts import FUNCS, gathered_buffer, last_name, ref, walk_local
+from .facts import FUNCS, child_nodes, gathered_buffer, last_name, ref, walk_local
 from .gathers import gathers_in
 from .needs import Names
 from .project import ClassInfo, Module, Project, Scope
@@ -498,7 +498,7 @@ def _flag_reads(node: ast.AST, flags: set[str]) -> tuple[set[str], bool]:
     me = node.args.args[0].arg
     parents: dict[int, ast.AST] = {}
     for parent in ast.walk(node):
-        for child in ast.iter_child_nodes(parent):
+        for child in child_nodes(parent):
             parents[id(child)] = parent
     # locals bound once, to a flag (`skip = self.skip_topk`): read as the flag itself
     bound: dict[str, int] = {}

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, last_name, pattern_names, ref
+from .facts import FUNCS, child_nodes, last_name, pattern_names, ref
 from .needs import LAST_INDEX, NEXT_OF_ITER, Around, Names, Pattern, bound
 from .singletons import collection as _collection
 from .singletons import guarantee_of, one_element, source
@@ -542,7 +542,7 @@ def _walk_expr(expr: ast.AST) -> Iterator[ast.AST]:
         yield node
         if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) and node is not expr:
             continue
-        stack.extend(reversed(list(ast.iter_child_nodes(node))))
+        stack.extend(reversed(child_nodes(node)))
 
 
 def _calls_in(expr: ast.AST) -> Iterator[ast.Call]:
