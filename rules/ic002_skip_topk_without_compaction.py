@@ -3,22 +3,19 @@ from __future__ import annotations
 import ast
 from typing import Any, Iterator
 
-from invariant_check.analysis.facts import last_name, ref, walk_local
+from invariant_check.analysis.facts import last_name
 from invariant_check.analysis.fields import FieldFlow
 from invariant_check.analysis.needs import Names, Words
 from invariant_check.analysis.objects import partials
 from invariant_check.analysis.switch_paths import (
     SwitchQuery,
     Window,
-    attribute_calls,
-    bind_params,
-    caller_sites,
+    assumed_on,
+    bound_switches,
     calls_in,
     called_through,
-    canonical_name,
     dotted_aliases,
     sampled_rows_name,
-    switch_value,
 )
 from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles
 from invariant_check.analysis.views import FunctionView
@@ -1298,7 +1295,7 @@ class Drafter:
                 made = called_through(call, local, aliases)
             if last_name(made.func) != self.switch:
                 continue
-            assumed = self._assumed_on(view, made)
+            assumed = assumed_on(view, made)
             if assumed is None:
                 continue
             flow = flow or FieldFlow(view.node)
@@ -1312,77 +1309,12 @@ class Drafter:
             if self.roles(view).of_receiver(view, window.receiver) == NONE:
                 continue  # an object that holds no shared top-k buffer (a sampler)
             yield Report(call, window.message(verdict), self._hint(window), verdict.data())
-        yield from self._bound_switches(view)
-
-    def _assumed_on(self, view: FunctionView, made: ast.Call) -> dict[str, bool] | None:
-        """When a switch call turns reuse on: `{}` for the literal `True`; for a value the
-        source reads (`set_skip_topk(self.share)`), the atom that holds when it is on; for a
-        parameter of the function (`set_skip_topk(enabled)`), `{}` when a call the source
-        shows passes `True` or leaves a `True` default; None otherwise (off, or left to the
-        runtime guard)."""
-        value = switch_value(made)
-        if value is not None:
-            return {} if value else None
-        arg = made.args[0] if made.args else (made.keywords[0].value if len(made.keywords) == 1 else None)
-        if arg is None or isinstance(arg, ast.Starred):
-            return None
-        node = view.node
-        params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs] if hasattr(node, "args") else []
-        if isinstance(arg, ast.Name) and arg.id in params:
-            if view.info is None:
-                return None
-            method = view.info.facts.cls is not None
-            for _caller, _node, call in caller_sites(view.info, view.owner(), view):
-                if bind_params(node, call, {}, skip_self=method).get(arg.id) is True:
-                    return {}
-            return None
-        spelled = ref(arg)
-        return {spelled: True} if spelled else None
-
-    def _bound_switches(self, view: FunctionView) -> Iterator[Report]:
-        """The switch bound to an instance attribute (`self._reuse_on =
-        functools.partial(self.model.model.set_skip_topk, True)` or `= <model>.set_skip_topk`)
-        and called in a method of the class (`self._reuse_on()`): each such call is the switch,
-        judged where it is called, and reported where it is bound."""
-        owner = view.owner()
-        if owner is None or view.info is None or not view.info.facts.params:
-            return
-        me = view.info.facts.params[0]
-        aliases = None
-        for st in walk_local(view.node):
-            if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)):
-                continue
-            target, value = st.targets[0], st.value
-            if not (isinstance(target.value, ast.Name) and target.value.id == me):
-                continue
-            if isinstance(value, ast.Call) and last_name(value.func) == "partial" and value.args:
-                switch, bound = value.args[0], value
-            else:
-                switch, bound = value, None
-            if last_name(switch) != self.switch or not isinstance(switch, ast.Attribute) or ref(switch.value) is None:
-                continue
-            aliases = dotted_aliases(view.node) if aliases is None else aliases
-            receiver = canonical_name(ref(switch.value), aliases)
-            for method, node, call in attribute_calls(owner, target.attr):
-                made = ast.Call(
-                    func=switch,
-                    args=(list(bound.args[1:]) if bound else []) + list(call.args),
-                    keywords=(list(bound.keywords) if bound else []) + list(call.keywords),
-                )
-                if switch_value(ast.copy_location(made, call)) is not True:
-                    continue
-                there = FunctionView(view.ctx, method.module, node, method.qual)
-                flow = FieldFlow(node)
-                idx = flow.by_call.get(id(call))
-                if idx is None:
-                    continue
-                window = Window(self.query, there, flow, call, made, receiver=receiver)
-                verdict = window.judge(idx)
-                if verdict.ok or self.roles(view).of_receiver(view, receiver) == NONE:
-                    continue
-                where = f"`{view.text(target)}`, called in `{method.qual}()` at line {call.lineno},"
-                yield Report(value, window.message(verdict, bound=where), self._hint(window), {**verdict.data(), "called_at": call.lineno})
-                break
+        # the switch bound to an instance attribute, reported where it is bound
+        holds_buffer = lambda receiver: self.roles(view).of_receiver(view, receiver) != NONE
+        for found in bound_switches(view, self.query, holds_buffer):
+            where = f"`{view.text(found.target)}`, called in `{found.method.qual}()` at line {found.call.lineno},"
+            message = found.window.message(found.verdict, bound=where)
+            yield Report(found.value, message, self._hint(found.window), {**found.verdict.data(), "called_at": found.call.lineno})
 
     def _hint(self, window: Window) -> str:
         target = window.receiver or "<draft model>"

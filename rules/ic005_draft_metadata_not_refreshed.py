@@ -1,29 +1,8 @@
 from __future__ import annotations
 
-import ast
 from typing import Any, Iterator
 
-from invariant_check.analysis.facts import last_name, ref
-from invariant_check.analysis.fields import (
-    FieldFlow,
-    Passed,
-    bound_offset,
-    canonical,
-    fills,
-    flows_to,
-    parameter_index,
-    resolve_call,
-    writes_at,
-)
-from invariant_check.analysis.flow import Loop
-from invariant_check.analysis.objects import (
-    aliases_of,
-    bound_value,
-    container_copy_of,
-    copy_of,
-    partials,
-    through_partial,
-)
+from invariant_check.analysis.fields import Passed
 from invariant_check.analysis.needs import (
     FOR_STATEMENT,
     WHILE_STATEMENT,
@@ -32,20 +11,10 @@ from invariant_check.analysis.needs import (
     Need,
 )
 from invariant_check.analysis.needs import Any as AnyOf
-from invariant_check.analysis.project import FunctionInfo
-from invariant_check.analysis.steps import (
-    advances_fields,
-    changed_before_use,
-    loop_calls_and_aliases,
-    passed_values,
-    skipping_branches,
-)
+from invariant_check.analysis.stale_metadata import MetadataQuery, StaleUse, stale_metadata
 from invariant_check.analysis.views import FunctionView
 from invariant_check.api.rule import Report, Rule
 from invariant_check.api.types import Fix, Invalid, Option, Valid
-
-# in-place methods of a dict of per-layer metadata that give it new entries
-_DICT_REFRESH = frozenset({"update", "setdefault", "__setitem__"})
 
 
 _INPUTS = """
@@ -712,39 +681,18 @@ def draft(self, per_layer_attn_metadata, positions):
 
     def __init__(self, options: dict[str, Any]) -> None:
         super().__init__(options)
-        self.metadata = _metadata_names(options)
-        self.advancing = frozenset(options["input-advancing-calls"])
-        self.fields = frozenset(options["advanced-fields"])
-        self.forwards = frozenset(options["forward-calls"])
-        self.refreshes = frozenset(options["refresh-calls"])
-        self.depth = options["helper-depth"]
+        self.query = MetadataQuery(
+            metadata=_metadata_names(options),
+            forwards=frozenset(options["forward-calls"]),
+            refreshes=frozenset(options["refresh-calls"]),
+            advancing=frozenset(options["input-advancing-calls"]),
+            fields=frozenset(options["advanced-fields"]),
+            depth=options["helper-depth"],
+        )
 
     def check_function(self, view: FunctionView) -> Iterator[Report]:
-        func = view.node
-        calls, aliases = loop_calls_and_aliases(func)
-        bound = partials(func) if any(isinstance(c.func, ast.Name) for c in calls) else {}
-        # cheap first: a loop that passes a metadata name to some call
-        names: set[str] = set()
-        snapshots: set[str] = set()
-        for call in calls:
-            for arg in passed_values(through_partial(call, bound) if bound else call):
-                spelled = canonical(ref(arg), aliases)
-                if spelled and self.metadata.matches(spelled.rsplit(".", 1)[-1]):
-                    names.add(spelled)
-                    if isinstance(arg, ast.Name) and spelled != arg.id and "." in spelled:
-                        snapshots.add(spelled)  # a local holding what an attribute held
-        if not names:
-            return
-        judge = _Judge(self, view, func, aliases)
-        judge.snapshots = snapshots
-        reported: set[tuple[int, str]] = set()
-        for md in sorted(names):
-            for loop, advance, forward in judge.stale_uses(md):
-                key = (id(loop.node), md)
-                if key in reported:
-                    continue
-                reported.add(key)
-                yield judge.report(loop, md, advance, forward)
+        for use in stale_metadata(view, self.query):
+            yield _report(view, use)
 
     def fix(self, report: Report, view: FunctionView) -> Fix | None:
         from ._fixes import ic005
@@ -756,185 +704,26 @@ def _metadata_names(options: dict[str, Any]) -> Names:
     return Names(options["metadata-names"], case_sensitive=False)
 
 
-class _Judge:
-    def __init__(self, rule: DraftMetadataNotRefreshed, view: FunctionView, func: ast.AST, aliases: dict[str, str]) -> None:
-        self.rule = rule
-        self.view = view
-        self.func = func
-        self.aliases = aliases
-        self.summaries = view.ctx.summaries(rule.depth)
-        self.flow = FieldFlow(func)
-        self._targets: dict[int, tuple[str, FunctionInfo | None]] = {}
-        self._advances: dict[int, bool] = {}
-        self._links: dict[str, set[str]] = {}
-        # calls of a local `functools.partial(...)` are judged as the calls they make
-        self._partials = partials(func)
-        self.snapshots: set[str] = set()  # metadata passed as a local copy of an attribute
-
-    def call_at(self, n: int) -> ast.Call:
-        call = self.flow.nodes[n].node
-        return through_partial(call, self._partials) if self._partials else call
-
-    # -- one call --------------------------------------------------------------------------------
-    def target(self, call: ast.Call) -> tuple[str, FunctionInfo | None]:
-        got = self._targets.get(id(call))
-        if got is None:
-            got = self._targets[id(call)] = resolve_call(self.view, call)
-        return got
-
-    def _receives(self, call: ast.Call, md: str) -> bool:
-        return any(canonical(ref(a), self.aliases) == md for a in passed_values(call))
-
-    def _params_receiving(self, call: ast.Call, fn: FunctionInfo, md: str) -> list[int]:
-        offset = bound_offset(call.func, fn)
-        return parameter_index(fn, call, offset, lambda a: canonical(ref(a), self.aliases) == md)
-
-    def is_forward(self, n: int, md: str) -> bool:
-        node = self.flow.nodes[n]
-        if node.kind != "call":
-            return False
-        call = self.call_at(n)
-        if not self._receives(call, md):
-            return False
-        if last_name(call.func) in self.rule.forwards:
-            return True
-        _, fn = self.target(call)
-        if fn is None:
-            return False
-        forwards = self.rule.forwards
-        test = lambda c: c.name in forwards
-        key = f"forward:{sorted(forwards)}"
-        return any(flows_to(self.summaries, fn, i, test, key) for i in self._params_receiving(call, fn, md))
-
-    def is_advance(self, n: int) -> bool:
-        got = self._advances.get(n)
-        if got is None:
-            got = self._advances[n] = self._is_advance(n)
-        return got
-
-    def _is_advance(self, n: int) -> bool:
-        rule = self.rule
-        return advances_fields(self.flow, n, fields=rule.fields, advancing=rule.advancing, depth=rule.depth,
-                               summaries=self.summaries, aliases=self.aliases, call_at=self.call_at,
-                               resolve=lambda call: self.target(call)[1])
-
-    def links(self, md: str) -> set[str]:
-        """`md` and what holds the same object or its entries (`per_layer = {k: md ...}`,
-        `md_i = per_layer[k]`): an update in place through any of them updates `md`."""
-        got = self._links.get(md)
-        if got is None:
-            got = self._links[md] = {md} | {canonical(a, self.aliases) or a for a in aliases_of(self.func, md)}
-        return got
-
-    def is_refresh(self, n: int, md: str) -> bool:
-        node = self.flow.nodes[n]
-        links = self.links(md)
-        if node.kind == "bind" and node.name == md:
-            # a new object, unless it holds the same entries or values (`dict(md)`,
-            # `{**md, **extra}`, `copy.copy(md)`, `md = other_alias`)
-            value = bound_value(node.node, md)
-            if value is None:
-                return True
-            if not isinstance(value, ast.Call) and ref(value) is not None:
-                # another name's object: new unless that name held `md`'s object already
-                before = {md} | {canonical(a, self.aliases) or a for a in aliases_of(self.func, md, skip=node.node)}
-                return (canonical(ref(value), self.aliases) or ref(value)) not in before
-            made = copy_of(value, self.aliases)
-            sources = container_copy_of(value) | ({made.source} if made is not None and not made.given else set())
-            if not sources:
-                return True
-            # a copy holds the entries (values) of what it copies: new only when that was
-            # itself bound anew in this loop
-            loops = self.flow.loops_of(n)
-            if not loops:
-                return True
-            bound_here = {self.flow.nodes[i].name for i in loops[-1].members if self.flow.nodes[i].kind == "bind" and i != n}
-            return any(src.split(".")[0] in bound_here for src in sources)
-        if node.kind == "store" and canonical(node.name, self.aliases) in links:
-            # `md[layer] = ...`, `self.md = ...`, through an alias of the dict; a local that
-            # took `self.md` before does not see `self.md` bound anew
-            return not (md in self.snapshots and isinstance(self.flow.targets.get(n), ast.Attribute))
-        if node.kind in ("store", "call") and any(
-            w.obj in links and w.kind == "set" for w in writes_at(self.flow, n, self.aliases)
-        ):
-            # the metadata's own fields moved with the inputs, in place (whether the fields
-            # derived from them moved too is IC004's question)
-            return True
-        if node.kind != "call":
-            return False
-        call = self.call_at(n)
-        name = last_name(call.func)
-        recv = canonical(ref(call.func.value), self.aliases) if isinstance(call.func, ast.Attribute) else None
-        if recv in links and name in _DICT_REFRESH | self.rule.refreshes:
-            return True
-        receives = self._receives(call, md)
-        if name in self.rule.refreshes and (receives or any(self._receives(call, a) for a in links)):
-            return True
-        head, _, attr = md.partition(".")
-        own_method = head == "self" and attr and "." not in attr and recv == "self"
-        if not (receives or recv == md or own_method):
-            return False  # a call that is not given the metadata cannot refresh it
-        _, fn = self.target(call)
-        if fn is None:
-            return False
-        if recv == md and bound_offset(call.func, fn) and self.summaries.fields_written(fn, 0):
-            return True  # a method of the metadata's class that updates it in place
-        refreshes = self.rule.refreshes | _DICT_REFRESH
-        test = lambda c: c.name in refreshes
-        key = f"refresh:{sorted(refreshes)}"
-        for i in self._params_receiving(call, fn, md):
-            if flows_to(self.summaries, fn, i, test, key) or fills(self.summaries, fn, i):
-                return True
-        # `self.md` written by a method of the same instance (bound anew: not for a local
-        # that took it before)
-        if own_method:
-            return any(a == attr and not (md in self.snapshots and op == "=") for a, op, _d in self.summaries.fields_written(fn, 0))
-        return False
-
-    # -- paths ------------------------------------------------------------------------------------
-    def stale_uses(self, md: str) -> Iterator[tuple[Loop, int, int]]:
-        """(loop, advance, forward): the inputs advance and the loop's next forward is given
-        `md` with no rebuild or refresh of it in between."""
-        flow = self.flow
-        members: set[int] = set()
-        for loop in flow.loops:
-            members |= loop.members
-        forwards = [n for n in sorted(members) if self.is_forward(n, md)]
-        if not forwards:
-            return
-        refresh_memo: dict[int, bool] = {}
-
-        def refresh(n: int) -> bool:
-            got = refresh_memo.get(n)
-            if got is None:
-                got = refresh_memo[n] = self.is_refresh(n, md)
-            return got
-
-        # an `if` the source cannot decide that skips a refresh: taken as not taken when the
-        # inputs moved
-        assumed = skipping_branches(flow, self.func, refresh)
-        yield from changed_before_use(flow, forwards, refresh, self.is_advance, assumed)
-
-    # -- words ---------------------------------------------------------------------------------------
-    def report(self, loop: Loop, md: str, advance: int, forward: int) -> Report:
-        view = self.view
-        fwd_call = self.flow.nodes[forward].node
-        adv = self.flow.nodes[advance]
-        adv_text = _event_text(view, adv)
-        fwd_text = f"{view.text(fwd_call.func)}(...)"
-        message = (
-            f"`{md}` is passed to `{fwd_text}` on every step of this loop, but `{adv_text}` "
-            f"advances the draft inputs and `{md}` is neither rebuilt nor refreshed before the "
-            f"next forward: that step attends with the previous step's metadata"
-        )
-        hint = (
-            f"Rebuild `{md}` inside the loop after the inputs advance (e.g. "
-            f"`{md} = self._build_draft_attn_metadata(...)` before `{fwd_text}`), or refresh it in "
-            f"place where the backend allows it: `if builder.supports_draft_decode_metadata_update: "
-            f"builder.update_draft_decode_metadata({md})`."
-        )
-        data = {"metadata": md, "advance": adv_text, "forward": fwd_text, "advance_line": adv.node.lineno}
-        return Report(loop.node, message, hint, data)
+# -- words ---------------------------------------------------------------------------------------
+def _report(view: FunctionView, use: StaleUse) -> Report:
+    md = use.metadata
+    fwd_call = use.forward.node
+    adv = use.advance
+    adv_text = _event_text(view, adv)
+    fwd_text = f"{view.text(fwd_call.func)}(...)"
+    message = (
+        f"`{md}` is passed to `{fwd_text}` on every step of this loop, but `{adv_text}` "
+        f"advances the draft inputs and `{md}` is neither rebuilt nor refreshed before the "
+        f"next forward: that step attends with the previous step's metadata"
+    )
+    hint = (
+        f"Rebuild `{md}` inside the loop after the inputs advance (e.g. "
+        f"`{md} = self._build_draft_attn_metadata(...)` before `{fwd_text}`), or refresh it in "
+        f"place where the backend allows it: `if builder.supports_draft_decode_metadata_update: "
+        f"builder.update_draft_decode_metadata({md})`."
+    )
+    data = {"metadata": md, "advance": adv_text, "forward": fwd_text, "advance_line": adv.node.lineno}
+    return Report(use.loop.node, message, hint, data)
 
 
 def _event_text(view: FunctionView, node) -> str:

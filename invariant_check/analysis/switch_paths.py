@@ -12,6 +12,11 @@ bound-method bindings, and, where a path reaches the start or the end of the fun
 callers the source shows (the methods of the class and its bases that call it, the function a
 nested one is defined in).
 
+`assumed_on(view, call)` says when a switch call turns reuse on (a literal `True`, a value the
+source reads, a parameter a caller leaves `True`); `bound_switches(view, query, holds_buffer)`
+finds the switches bound to an instance attribute and called in a method of the class, each
+judged by its `Window` where it is called (`BoundSwitch`).
+
 Any rule may ask these queries; IC002 is the one that reports on them.
 """
 
@@ -19,7 +24,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .facts import call_fact, last_name, literal_kind, ref, returned_def, walk_local
 from .fields import FieldFlow
@@ -514,6 +519,97 @@ class Window:
         if verdict.partial:
             text += f" on every path (the compaction at {', '.join(verdict.partial)} is not on every path)"
         return text + ": those steps would read per-token rows instead of one row per request"
+
+
+# -- the switches of a function ------------------------------------------------------------------
+
+
+def assumed_on(view: FunctionView, made: ast.Call) -> dict[str, bool] | None:
+    """When a switch call (`made`, in the function of `view`) turns reuse on: `{}` for the
+    literal `True`; for a value the source reads (`set_skip_topk(self.share)`), the atom that
+    holds when it is on; for a parameter of the function (`set_skip_topk(enabled)`), `{}` when
+    a call the source shows passes `True` or leaves a `True` default; None otherwise (off, or
+    left to the runtime guard)."""
+    value = switch_value(made)
+    if value is not None:
+        return {} if value else None
+    arg = made.args[0] if made.args else (made.keywords[0].value if len(made.keywords) == 1 else None)
+    if arg is None or isinstance(arg, ast.Starred):
+        return None
+    node = view.node
+    params = [a.arg for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs] if hasattr(node, "args") else []
+    if isinstance(arg, ast.Name) and arg.id in params:
+        if view.info is None:
+            return None
+        method = view.info.facts.cls is not None
+        for _caller, _node, call in caller_sites(view.info, view.owner(), view):
+            if bind_params(node, call, {}, skip_self=method).get(arg.id) is True:
+                return {}
+        return None
+    spelled = ref(arg)
+    return {spelled: True} if spelled else None
+
+
+@dataclass
+class BoundSwitch:
+    """A switch bound to an instance attribute and called in a method of the class: `target`
+    (the attribute, `self._reuse_on`), `value` (what is bound to it: the `functools.partial`
+    call or the method), `method` and `call` (the method that calls it and the call, where it
+    is judged), and the `window` and `verdict` of that call."""
+
+    target: ast.Attribute
+    value: ast.AST
+    method: FunctionInfo
+    call: ast.Call
+    window: Window
+    verdict: Verdict
+
+
+def bound_switches(view: FunctionView, query: SwitchQuery, holds_buffer: Callable[[str], bool]) -> Iterator[BoundSwitch]:
+    """The switches the function of `view` binds to an instance attribute
+    (`self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)` or
+    `= <model>.set_skip_topk`) whose call in a method of the class (`self._reuse_on()`) turns
+    reuse on with no compaction around it: each such call is the switch, judged where it is
+    called; the first one of each binding whose receiver may hold a shared top-k buffer
+    (`holds_buffer(receiver)`: False for a sampler)."""
+    owner = view.owner()
+    if owner is None or view.info is None or not view.info.facts.params:
+        return
+    me = view.info.facts.params[0]
+    aliases = None
+    for st in walk_local(view.node):
+        if not (isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Attribute)):
+            continue
+        target, value = st.targets[0], st.value
+        if not (isinstance(target.value, ast.Name) and target.value.id == me):
+            continue
+        if isinstance(value, ast.Call) and last_name(value.func) == "partial" and value.args:
+            switch, bound = value.args[0], value
+        else:
+            switch, bound = value, None
+        if last_name(switch) != query.switch or not isinstance(switch, ast.Attribute) or ref(switch.value) is None:
+            continue
+        aliases = dotted_aliases(view.node) if aliases is None else aliases
+        receiver = canonical_name(ref(switch.value), aliases)
+        for method, node, call in attribute_calls(owner, target.attr):
+            made = ast.Call(
+                func=switch,
+                args=(list(bound.args[1:]) if bound else []) + list(call.args),
+                keywords=(list(bound.keywords) if bound else []) + list(call.keywords),
+            )
+            if switch_value(ast.copy_location(made, call)) is not True:
+                continue
+            there = FunctionView(view.ctx, method.module, node, method.qual)
+            flow = FieldFlow(node)
+            idx = flow.by_call.get(id(call))
+            if idx is None:
+                continue
+            window = Window(query, there, flow, call, made, receiver=receiver)
+            verdict = window.judge(idx)
+            if verdict.ok or not holds_buffer(receiver):
+                continue
+            yield BoundSwitch(target, value, method, call, window, verdict)
+            break
 
 
 # -- helpers ------------------------------------------------------------------------------------
