@@ -3,7 +3,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Names, Words
-from invariant_check.analysis.members import delegates_attributes, installs_member
+from invariant_check.analysis.members import delegates_attributes, installs_member, unseen_bases
 from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, declares_only
 from invariant_check.api.rule import Report, Rule
 from invariant_check.api.types import Fix, Invalid, Option, Valid
@@ -760,22 +760,12 @@ class TopkReuse(nn.Module):
             if node is not None and declares_only(node):
                 return  # an interface that declares the switch: its implementations answer
         external = set(self.options["external-bases"])
-        unknown, fallback = [], False
-        for sym, spelled, cls in _ancestors_with_spelling(info):
-            if sym.kind == "class" and view.project.class_of(sym) is not None:
-                fallback = fallback or sym.via == "short-name"
-                continue
-            if spelled in external or sym.name in external or sym.name.rsplit(".", 1)[-1] in external and sym.kind == "external":
-                continue
-            if spelled and self._roles.absent_upstream(cls.module, spelled, None):
-                continue  # a vLLM class no bundled model holds: it has no compaction
-            if sym.kind == "unknown" and spelled:
-                # nothing binds the name: the short-name fallback
-                found = view.project.short_name(spelled.rsplit(".", 1)[-1], "class")
-                if found and all(_lacks(view, s, compaction) for s in found):
-                    fallback = True
-                    continue
-            unknown.append(spelled or "?")
+        roles = self._roles
+
+        def absent(module, spelled: str) -> bool:
+            return roles.absent_upstream(module, spelled, None)
+
+        unknown, fallback = unseen_bases(view.project, info, compaction, external, absent)
         if unknown:
             return  # a base the project cannot see might provide it
         if self._roles.of_class(info) == NONE:
@@ -805,29 +795,6 @@ class TopkReuse(nn.Module):
         from ._fixes import ic003
 
         return ic003.build(self, report, view)
-
-
-def _ancestors_with_spelling(info):
-    """(symbol, spelling, the class that spells it) of every base in the MRO: resolved
-    classes (marked by kind) and the bases that could not be resolved."""
-    out = []
-    seen = set()
-    for cls in info.classes():
-        for spelled, sym in zip(cls.base_spellings(), cls.bases()):
-            key = (sym.name, spelled)
-            if key in seen:
-                continue
-            seen.add(key)
-            out.append((sym, spelled, cls))
-    return out
-
-
-def _lacks(view, sym, compaction: str) -> bool:
-    cls = view.project.class_of(sym)
-    if cls is None:
-        return False
-    _, _, has = cls.lookup(compaction)
-    return not has and not cls.has_unresolved_base()
 
 
 __all__ = ["ReuseModeWithoutCompactionMethod"]

@@ -5,6 +5,8 @@ delegates to the model it wraps).
 
 `installs_member(project, cls, name)`: some decorator of the class, a function of the
 project (through imports), assigns `name` on the class it is given, on some path.
+`unseen_bases(project, cls, name, external, absent)`: the bases of a class (through its MRO)
+that the project cannot see and that might provide `name`.
 `delegates_attributes(cls)`: a project class defines `__getattr__` and it returns a value on
 some path (not one that only raises `AttributeError`); torch's `nn.Module.__getattr__` (its
 parameters and submodules) does not count.
@@ -83,3 +85,52 @@ def _assigns(fnode: ast.AST, param: str, name: str) -> bool:
             if isinstance(obj, ast.Name) and obj.id == param and isinstance(attr, ast.Constant) and attr.value == name:
                 return True
     return False
+
+
+def unseen_bases(project: Project, info: ClassInfo, name: str, external: set[str], absent) -> tuple[list[str], bool]:
+    """(the bases, as spelled, that the project cannot see and that might define `name`;
+    whether a base was found only by its short name). A base the project resolves is seen; a
+    base named in `external` is trusted not to; `absent(module, spelled)` says a spelled base
+    is a class of the upstream release known to hold no `name`; a name nothing binds is
+    looked up by its short name, and counts as seen when every class so named lacks `name`."""
+    unknown: list[str] = []
+    fallback = False
+    for sym, spelled, cls in _ancestors_with_spelling(info):
+        if sym.kind == "class" and project.class_of(sym) is not None:
+            fallback = fallback or sym.via == "short-name"
+            continue
+        if spelled in external or sym.name in external or sym.name.rsplit(".", 1)[-1] in external and sym.kind == "external":
+            continue
+        if spelled and absent(cls.module, spelled):
+            continue  # a vLLM class no bundled model holds: it has no such member
+        if sym.kind == "unknown" and spelled:
+            # nothing binds the name: the short-name fallback
+            found = project.short_name(spelled.rsplit(".", 1)[-1], "class")
+            if found and all(_lacks(project, s, name) for s in found):
+                fallback = True
+                continue
+        unknown.append(spelled or "?")
+    return unknown, fallback
+
+
+def _ancestors_with_spelling(info: ClassInfo) -> list:
+    """(symbol, spelling, the class that spells it) of every base in the MRO: resolved
+    classes (marked by kind) and the bases that could not be resolved."""
+    out = []
+    seen = set()
+    for cls in info.classes():
+        for spelled, sym in zip(cls.base_spellings(), cls.bases()):
+            key = (sym.name, spelled)
+            if key in seen:
+                continue
+            seen.add(key)
+            out.append((sym, spelled, cls))
+    return out
+
+
+def _lacks(project: Project, sym, name: str) -> bool:
+    cls = project.class_of(sym)
+    if cls is None:
+        return False
+    _, _, has = cls.lookup(name)
+    return not has and not cls.has_unresolved_base()
