@@ -447,6 +447,15 @@ class BaseProposer:
         self.draft_attn_groups = list(groups)
 """},
         ),
+        # A batch built from one-element lists holds one entry: `[0]` is all of it.
+        Valid(
+            """
+def test_expanded_copy_keeps_the_request(build_group_metadata, expand, prompt, seq_len):
+    group_metadata = build_group_metadata([prompt], 64, [seq_len])[0]
+    out = expand(group_metadata)
+    assert out.request_id == group_metadata.request_id
+"""
+        ),
     ]
     INVALID = [
         Invalid(

@@ -205,6 +205,24 @@ class StaleDerivedMetadata(Rule):
     field on the object it passed (or got back) around the call. A helper with no callers in
     the project is judged alone.
 
+    A loop that only stores into the entries its own variable indexes (`for i in range(n):
+    X.seq_lens[i] += 1`) walks the field: the whole loop is the advance, and the step is what
+    holds the loop. A derived field handed, after the advance, to a function that may write
+    it in place counts as brought along: one that writes that parameter (as above), or that
+    hands it to a custom operator (`torch.ops.<ns>.<op>(...)`, compiled code that updates
+    its arguments, such as the multi-step `advance_step` kernels that advance
+    `seq_lens_tensor`). A field just filled from a derived field of the same object
+    (`X.seq_lens[:n].copy_(X.seq_lens_cpu[:n])`) holds its values: that one is not stale.
+
+    A memo is one class's cache. A memo the releases show (`_seq_lens_cpu` of
+    `CommonAttentionMetadata`) stales an object of a class that has it, or, where the
+    object's class is unknown, one known to hold that very cache (the function or its callers
+    touch `X._seq_lens_cpu`); a runner's own `seq_lens_cpu` buffer is not it. A memo that the
+    project's code resets on an object it holds, outside the class's own methods
+    (`model_input.attn_metadata._cached_decode_metadata = None` in a worker, before the next
+    step), is managed by the object's users: a step that does not reset it relies on them,
+    and is not reported for it.
+
     A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
     bounds: not a finding. It does stale a memo, and so does any other change of the layout
     (`X.query_start_loc = ...`), where the object is handed on again in a loop after the
@@ -607,6 +625,63 @@ def build_groups(self, groups, seq_lens, query_start_loc):
         group.builder.build(md)
 """,
             files={"metadata.py": _LAYOUT_METADATA},
+        ),
+        # A multi-step `advance_step` in the old style: the loop walks the lengths entry by
+        # entry (the whole loop is the advance), the maximum is recomputed after it, and the
+        # device lengths are handed to a custom operator that advances them in place.
+        Valid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DecodeMetadata:
+    seq_lens: list
+    seq_lens_tensor: torch.Tensor
+    max_decode_seq_len: int
+
+    def advance_step(self, num_queries: int, tokens):
+        for i in range(num_queries):
+            self.seq_lens[i] += 1
+        self.max_decode_seq_len = max(self.seq_lens)
+        torch.ops._C.advance_step(num_queries, tokens, self.seq_lens_tensor)
+
+
+def build(lens: list) -> DecodeMetadata:
+    seq_lens = [n + 1 for n in lens]
+    seq_lens_tensor = torch.tensor(seq_lens)
+    return DecodeMetadata(seq_lens=seq_lens, seq_lens_tensor=seq_lens_tensor, max_decode_seq_len=max(seq_lens))
+"""
+        ),
+        # A runner refills its device lengths from its own CPU lengths: a plain buffer of a
+        # runner, not the memo of a metadata class (its class is unknown here), and the two
+        # hold the same values afterwards anyway.
+        Valid(
+            """
+def prepare_inputs(self, num_reqs: int, groups):
+    self.runner.seq_lens[:num_reqs].copy_(self.runner.seq_lens_cpu[:num_reqs], non_blocking=True)
+    for group in groups:
+        group.builder.build(self.runner)
+"""
+        ),
+        # The object's users clear the memo before the next step's forward (a worker resets
+        # `_computed_cache` on the metadata it holds): a step that moves the lengths relies
+        # on that.
+        Valid(
+            """
+from .metadata import LayoutMetadata
+
+def draft(self, md: LayoutMetadata, n: int):
+    for step in range(self.num_steps):
+        md.seq_lens[:n] += 1
+        self.build(md, step)
+""",
+            files={"metadata.py": _LAYOUT_METADATA, "worker.py": """
+def next_step(state):
+    state.model_input.attn_metadata._computed_cache = None
+"""},
         ),
     ]
     INVALID = [

@@ -296,6 +296,34 @@ def store_writes(target: ast.AST, stmt: ast.AST, aliases: dict[str, str]) -> lis
 _SAME_VALUES = frozenset({"clone", "contiguous", "to", "detach", "cpu", "cuda", "pin_memory", "view", "reshape"})
 
 
+def filled_from(write: "FieldWrite", aliases: dict[str, str]) -> str | None:
+    """The field of the same object whose values `write` copies into its field as they are:
+    `x.f[:n].copy_(x.g[:n])`, `x.f = x.g.to(dev)`, `x.f[:n] = x.g[:n]`. After it, `f` holds
+    what `g` holds, so `g`, or a memo `g` is read through, is not stale with respect to `f`
+    (a runner refilling its device lengths from its CPU lengths)."""
+    node = write.node
+    if write.obj is None:
+        return None
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "copy_" and node.args:
+        value = node.args[0]
+    elif isinstance(node, ast.Assign) and len(node.targets) == 1:
+        value = node.value
+    else:
+        return None
+    while True:
+        if isinstance(value, ast.Subscript):
+            value = value.value
+        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_VALUES:
+            value = value.func.value
+        else:
+            break
+    spelled = canonical(ref(value), aliases) if isinstance(value, ast.Attribute) else None
+    if spelled is None:
+        return None
+    holder, _, field = spelled.rpartition(".")
+    return field if holder == write.obj and field != write.field else None
+
+
 def moves_unchanged(stmt: ast.AST, func: ast.AST, aliases: dict[str, str]) -> bool:
     """`x.f = v` that gives `x.f` the values it already held, in another buffer: `v` a view or
     copy of `x.f` itself (`x.f.clone()`, `x.f.to(dev)`), or a buffer the function filled
@@ -748,9 +776,34 @@ def inherited_callers(fn: FunctionInfo, limit: int = 32) -> list[CallSite]:
 
 
 def step_loop(flow: Flow, idx: int):
-    """The innermost loop around event `idx` (one iteration of it is the step), or None."""
+    """The innermost loop around event `idx` (one iteration of it is the step), or None. A
+    loop that only stores into the entries its own variable indexes (`for i in range(n):
+    md.seq_lens[i] += 1`) walks the field's entries: the whole loop is the event, and the
+    step is the loop around it."""
     loops = flow.loops_of(idx)
+    while loops and _walks_entries(loops[-1].node):
+        loops = loops[:-1]
     return loops[-1] if loops else None
+
+
+def _walks_entries(loop: ast.AST) -> bool:
+    if not isinstance(loop, (ast.For, ast.AsyncFor)) or loop.orelse or not loop.body:
+        return False
+    index = set(target_names(loop.target))
+    if not index:
+        return False
+    for stmt in loop.body:
+        if not isinstance(stmt, (ast.Assign, ast.AugAssign)):
+            return False
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        for t in targets:
+            if not (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute)):
+                return False
+            if not any(isinstance(n, ast.Name) and n.id in index for n in ast.walk(t.slice)):
+                return False
+        if any(isinstance(n, ast.Call) for n in ast.walk(stmt.value)):
+            return False
+    return True
 
 
 def updating_loops(flow: Flow, idx: int, is_update: Callable[[int], bool]) -> set[int]:
@@ -900,7 +953,9 @@ def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases
         canonical(ref(a.value if isinstance(a, ast.Starred) else a), aliases) == obj for a in call.args
     ) or any(canonical(ref(k.value), aliases) == obj for k in call.keywords)
     if not passed:
-        return False  # a call that is not given the object cannot write its fields
+        # a call given the field itself, that may write it in place (a kernel that advances
+        # the lengths it is handed, a custom operator): the field is brought along there
+        return _field_handed_to_writer(call, obj, names, aliases, resolve, summaries)
     fn = resolve(call)
     if fn is None:
         return False
@@ -909,6 +964,51 @@ def updates_at(flow: FieldFlow, n: int, obj: str, names: frozenset[str], aliases
     if offset and isinstance(call.func, ast.Attribute) and canonical(ref(call.func.value), aliases) == obj:
         indices.append(0)
     return any(must_write(summaries, fn, i, names, depth - 1) for i in indices)
+
+
+def _field_handed_to_writer(call: ast.Call, obj: str, names: frozenset[str], aliases: dict[str, str],
+                            resolve: Resolver, summaries: Summaries) -> bool:
+    from .tensor_writes import is_custom_op, may_write
+
+    handed: list[int | str] = []
+    for pos, arg in enumerate(call.args):
+        if isinstance(arg, ast.Starred):
+            break
+        if _field_of(arg, aliases) in {f"{obj}.{n}" for n in names}:
+            handed.append(pos)
+    for kw in call.keywords:
+        if kw.arg and _field_of(kw.value, aliases) in {f"{obj}.{n}" for n in names}:
+            handed.append(kw.arg)
+    if not handed:
+        return False
+    if is_custom_op(call):
+        return True
+    fn = resolve(call)
+    if fn is None:
+        return False
+    offset = bound_offset(call.func, fn)
+    for at in handed:
+        if isinstance(at, int):
+            pos = at + offset
+        elif at in fn.facts.params:
+            pos = fn.facts.params.index(at)
+        else:
+            continue
+        if may_write(summaries, fn, pos):
+            return True
+    return False
+
+
+def _field_of(expr: ast.AST, aliases: dict[str, str]) -> str | None:
+    """`x.f` for `x.f`, `x.f[:n]`, `x.f.view(-1)`: the field whose storage `expr` is."""
+    while True:
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("view", "narrow", "reshape", "flatten", "squeeze", "unsqueeze", "select"):
+            expr = expr.func.value
+        else:
+            break
+    return canonical(ref(expr), aliases) if isinstance(expr, ast.Attribute) else None
 
 
 _MUST: "weakref.WeakKeyDictionary[Summaries, dict]" = weakref.WeakKeyDictionary()

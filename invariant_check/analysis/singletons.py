@@ -3,7 +3,9 @@
 A check of "the last entry" or "the first entry" of a collection that holds one entry checks
 all of them. A collection holds at most one entry when:
 
-- it is spelled with one element: `[x]`, `(x,)`, `range(1)`, `xs[:1]`, `xs[-1:]`;
+- it is spelled with one element: `[x]`, `(x,)`, `range(1)`, `xs[:1]`, `xs[-1:]`, or it is
+  what a call builds from one-element lists (`make_batch([prompt], [seq_len])`: every list
+  or tuple among its arguments holds one element);
 - the same function guarantees it before: `assert len(xs) == 1`, `assert len(xs) <= 1`,
   `if len(xs) != 1: raise` (or `return`), `if len(xs) > 1: raise` (also spelled with
   `xs.values()`, `list(xs)`, `enumerate(xs)`), or unpacks it into one target (`(x,) = xs`
@@ -79,12 +81,27 @@ def one_element(it: ast.AST, singles: set[str]) -> bool:
         a = it.args[0]
         if isinstance(a, ast.Constant) and a.value in (0, 1):
             return True
+    if isinstance(it, ast.Call) and _batch_of_one(it):
+        return True
     if isinstance(it, ast.Subscript) and isinstance(it.slice, ast.Slice) and it.slice.step is None:
         lower = source(it.slice.lower) if it.slice.lower is not None else "0"
         upper = source(it.slice.upper) if it.slice.upper is not None else None
         if (lower, upper) in {("0", "1"), ("-1", None)}:
             return True
     return any(s in singles for s in spellings(it))
+
+
+def _batch_of_one(call: ast.Call) -> bool:
+    """A call given its batch as one-element lists (`make_batch([prompt], [seq_len])`): every
+    list or tuple spelled among its arguments holds one element, and one at least is spelled.
+    What it builds per element, it builds once."""
+    values = list(call.args) + [k.value for k in call.keywords]
+    if any(isinstance(v, ast.Starred) for v in values) or any(k.arg is None for k in call.keywords):
+        return False
+    spelled = [v for v in values if isinstance(v, (ast.List, ast.Tuple))]
+    if not spelled or any(isinstance(v, (ast.ListComp, ast.GeneratorExp, ast.Dict, ast.Set)) for v in values):
+        return False
+    return all(len(v.elts) == 1 and not isinstance(v.elts[0], ast.Starred) for v in spelled)
 
 
 def _len_subject(node: ast.AST) -> str | None:

@@ -37,6 +37,7 @@ from .fields import (
     class_of,
     copied_from,
     covered,
+    filled_from,
     inherited_callers,
     local_aliases,
     mentioned_fields,
@@ -417,17 +418,31 @@ class DraftStep:
         cls = class_of(self.view, obj, self.aliases)
         declared = _declared(cls) | mentioned_fields(self.func, obj, self.aliases) if cls is not None else None
         exact = {d.field for d in self.derivations(write) if d.exact}
+        # a memo is a cache of one class: it stales an object of that class (or a subclass),
+        # or, where the object's class is unknown, one known to hold that very cache; a
+        # runner's plain `seq_lens_cpu` buffer is not `CommonAttentionMetadata`'s memo
+        owners = {c.name.rsplit(".", 1)[-1] for c in cls.classes()} if cls is not None else None
+        memo_ok = {
+            d.field for d in ds if d.exact
+            and (d.field in known if owners is None else (d.owner is None or d.owner.rsplit(".", 1)[-1] in owners))
+        }
+        derived = [d for d in derived if d not in exact or d in memo_ok]
+        source = filled_from(write, self.aliases)
         out = []
         for d in derived:
             hit = variants(d) & known
             if not hit or variants(d) & variants(write.field):
                 continue
+            if source is not None and variants(d) & variants(source):
+                continue  # the field was just filled from this one: they hold the same values
             if declared is not None and not (variants(d) & declared):
                 continue  # an attribute the class sets for itself (`self.x = ...`), not its data
             if d in exact and declared is not None and not (variants(d) & _declared(cls)):
                 continue
             if any(variants(d) & variants(o) for o in out):
                 continue  # a field and its backing store are one value: named once
+            if d in exact and reset_by_users(self.view.project, d):
+                continue  # the object's users clear this cache themselves, before it is read again
             out.append(d)
         return list(dict.fromkeys(out))
 
@@ -569,6 +584,35 @@ class DraftStep:
                     via.append(self._where(site))
                     break
         return still, sorted(set(via))
+
+
+def reset_by_users(project, memo: str) -> bool:
+    """Some code of the project outside the memo's own class resets it on an object it holds
+    (`model_input.attn_metadata._cached_decode_metadata = None` in a worker, before the next
+    step's forward): the cache is managed by the object's users, and a step that moves the
+    fields it was filled from relies on that reset rather than making its own."""
+    table = project.__dict__.setdefault("_memo_resets", {})
+    return project.tracker.memo(table, memo, lambda: _reset_by_users(project, memo))
+
+
+def _reset_by_users(project, memo: str) -> bool:
+    from .needs import Words
+
+    for path in project.files_containing(memo):
+        module = project.module_at(path)
+        for chunk in module.leaf_chunks(Words(memo)):
+            try:
+                own, extra = module.statements(chunk)
+            except (SyntaxError, ValueError, MemoryError, RecursionError):
+                continue
+            for stmt in list(own) + list(extra):
+                for sub in ast.walk(stmt):
+                    if not (isinstance(sub, ast.Assign) and isinstance(sub.value, ast.Constant) and sub.value.value is None):
+                        continue
+                    for t in sub.targets:
+                        if isinstance(t, ast.Attribute) and t.attr == memo and not (isinstance(t.value, ast.Name) and t.value.id in ("self", "cls")):
+                            return True
+    return False
 
 
 def _declared(cls) -> set[str]:

@@ -91,6 +91,47 @@ def _writes(summaries: Summaries, fn: FunctionInfo, index: int, depth: int, visi
     return best
 
 
+def may_write(summaries: Summaries, fn: FunctionInfo, index: int, depth: int = 4) -> bool:
+    """Whether `fn` may write the tensor handed to it at `index`: it does (`argument_writes`),
+    or it hands the tensor on to a custom operator (`torch.ops.<ns>.<op>(...)`), whose body is
+    compiled code that may update its arguments in place (vLLM's `advance_step_flashattn`
+    advances the lengths it is given). Asked where a write would bring a field along, never
+    where a write would make one stale."""
+    if argument_writes(summaries, fn, index, depth) is not None:
+        return True
+    table = _TABLE.setdefault(summaries, {})
+    key = ("custom-op", str(fn.module.path), fn.qual, index, depth)
+    return summaries.project.tracker.memo(table, key, lambda: _to_custom_op(summaries, fn, index, depth, set()))
+
+
+def is_custom_op(call: ast.Call) -> bool:
+    return (ref(call.func) or "").startswith("torch.ops.")
+
+
+def _to_custom_op(summaries: Summaries, fn: FunctionInfo, index: int, depth: int, visiting: set) -> bool:
+    ident = (str(fn.module.path), fn.qual, index)
+    node = fn.node()
+    params = fn.facts.params
+    if ident in visiting or node is None or index >= len(params) or depth < 0:
+        return False
+    visiting = visiting | {ident}
+    for call, at in _handed_on(node, _views_of(node, params[index])):
+        if is_custom_op(call):
+            return True
+        target, offset = _callee(summaries, fn, call)
+        if target is None:
+            continue
+        if isinstance(at, int):
+            pos = at + offset
+        elif at in target.facts.params:
+            pos = target.facts.params.index(at)
+        else:
+            continue
+        if _to_custom_op(summaries, target, pos, depth - 1, visiting):
+            return True
+    return False
+
+
 def _join(a: int | None, b: int | None) -> int | None:
     if a is None:
         return b

@@ -639,6 +639,8 @@ def _shape(expr: ast.AST, collections: set[str] | None = None) -> tuple[str, str
             positional = isinstance(expr.value, (ast.Name, ast.Attribute))
         if which is not None:
             coll = _collection(expr.value)
+            if one_element(coll, set()):
+                return None  # the only entry there is (`[md][0]`, a batch built from one-element lists)
             if coll is not expr.value:
                 positional = False  # `list(d.values())[0]`: entries by construction
             return which, source(coll), coll, positional and which == "first"
