@@ -70,8 +70,9 @@ class SkipTopkWithoutCompaction(Rule):
     forwards to the next one. The switch is fine when a compaction lies on every path into it,
     or on every path out of it. A *forward* is a call of the switch's receiver or an object it
     hangs off (`self.model(...)` for `self.model.model`, also through a local alias), a call
-    whose last name is in `forward-calls`, or a call of a project function that runs one. A
-    *compaction* is the `compaction-method` called on the same model (or an owner of it), or
+    whose last name is in `forward-calls`, or a call of a project function that runs one (also
+    through a local bound to a choice of two: `decode = self._fused if fused else self._plain`).
+    A *compaction* is the `compaction-method` called on the same model (or an owner of it), or
     a call of a project function that compacts (any module, through imports, `self`, the class
     of `self.x`, `functools.partial` bindings, up to `helper-depth` calls deep). A project
     function compacts when it calls `compaction-method` or gathers the rows of a buffer named

@@ -19,7 +19,11 @@ derived from the rules' own default options, so the models cannot disagree with 
   field of an object they are given or copy one whole (what summaries follow), the others as
   opaque stubs;
 - in every modelled class, the methods that call the switch or the compaction are kept whole
-  (a speculator's hook that compacts, which a plugin's subclass inherits);
+  (a speculator's hook that compacts, which a plugin's subclass inherits), and so are the
+  methods that call such a hook (a base's `propose` and `capture`, which run the hooks in
+  order); in a holder, or a base that runs a holder's hooks, the methods that run the draft
+  model too (IC002's `forward-calls`, and the methods that call those: `_prefill` ->
+  `_run_model`), so the path from step 0's forward to the switch can be read;
 - functions that take or return a metadata object: whole when they write its fields or copy it
   (`replace`, `copy.copy`), else opaque stubs;
 - the bases of all of these within vLLM, as stubs, and every module that re-exports them.
@@ -64,6 +68,7 @@ import tarfile
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -126,6 +131,11 @@ class Vocabulary:
     compaction: set[str]
     buffers: list[str]  # globs of top-k buffer attributes
     refresh: set[str]
+    # per release: methods of a holder that call the switch or the compaction (a subclass's
+    # `on_prefill_end` hook); the methods that call them are kept whole, so that the order
+    # of the hooks in a base's `propose` is read where a plugin subclasses it
+    hooks: frozenset[str] = frozenset()
+    forwards: frozenset[str] = frozenset()  # IC002's `forward-calls`
 
 
 def _variants(name: str) -> set[str]:
@@ -149,6 +159,7 @@ def vocabulary() -> Vocabulary:
         {opts["IC002"]["compaction-method"], opts["IC003"]["compaction-method"]},
         list(opts["IC002"]["topk-buffers"]),
         set(opts["IC005"]["refresh-calls"]),
+        forwards=frozenset(opts["IC002"]["forward-calls"]),
     )
 
 
@@ -504,15 +515,27 @@ def emit_class(rec: ClassRec, kind: str, vocab: Vocabulary) -> ast.ClassDef:
     if kind == "metadata":
         return node
     keep_whole = vocab.switch | vocab.compaction if kind == "holder" else set()
+    # the path from step 0's forward to the switch is read through the methods of a holder,
+    # or of a base that runs a holder's hooks in order: those that run the draft model
+    # (`_prefill` -> `_run_model` -> `self.model(...)`) are kept whole too
+    methods = [m for m in node.body if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    runs_hooks = bool(vocab.hooks) and any(_calls_any(m, set(vocab.hooks)) for m in methods)
+    runs: set[str] = set(vocab.forwards) if kind == "holder" or runs_hooks else set()
+    grew = bool(runs)
+    while grew:  # and those that call one of them (`_multi_step_decode` -> `_generate_draft`)
+        more = {m.name for m in methods if m.name not in runs and m.name != "__init__" and _calls_any(m, runs)}
+        runs |= more
+        grew = bool(more)
     body = []
     for stmt in node.body:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             # whole: the switch and compaction methods, the methods that call either (a
-            # hook that compacts, which a plugin's subclass inherits), properties, and methods
+            # hook that compacts, which a plugin's subclass inherits) or call such a hook (a
+            # base's `propose` that runs its subclasses' hooks in order), properties, and methods
             # that write a field of an object they are given or copy one (what summaries follow)
             if (
                 stmt.name in keep_whole
-                or (stmt.name != "__init__" and _calls_any(stmt, vocab.switch | vocab.compaction))
+                or (stmt.name != "__init__" and _calls_any(stmt, vocab.switch | vocab.compaction | vocab.hooks | runs))
                 or _is_property(stmt)
                 or (stmt.name != "__init__" and _writes_or_copies(stmt, skip_self=True))
             ):
@@ -529,6 +552,21 @@ def emit_class(rec: ClassRec, kind: str, vocab: Vocabulary) -> ast.ClassDef:
             continue
     node.body = body or [ast.Expr(ast.Constant(...))]
     return node
+
+
+def hooks_of(mods: dict[str, "ModuleRec"], chosen: dict[tuple[str, str], str], vocab: Vocabulary) -> frozenset[str]:
+    """The methods of the release's top-k holders that call the switch or the compaction,
+    besides those two themselves and `__init__`."""
+    tools = vocab.switch | vocab.compaction
+    out: set[str] = set()
+    for m in mods.values():
+        for c in m.classes.values():
+            if chosen.get((m.name, c.node.name)) != "holder":
+                continue
+            for stmt in c.node.body:
+                if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name not in tools | {"__init__"} and _calls_any(stmt, tools):
+                    out.add(stmt.name)
+    return frozenset(out)
 
 
 def _calls_any(fn: ast.AST, names: set[str]) -> bool:
@@ -631,9 +669,11 @@ def model_engine(engine: Engine, sources: list[Path], vocab: Vocabulary | None =
         acc.releases.append(version)
         acc.every.update(module_name(rel) for rel in files)
         mods = index(files)
-        release = Release(engine, version, mods, select(mods, vocab, engine))
+        chosen = select(mods, vocab, engine)
+        release_vocab = dataclass_replace(vocab, hooks=hooks_of(mods, chosen, vocab))
+        release = Release(engine, version, mods, chosen)
         for step in RELEASE_PASSES:
-            step(release, vocab, acc)
+            step(release, release_vocab, acc)
     return acc
 
 
@@ -747,8 +787,9 @@ When a linted project imports a module that neither the project nor the Python e
 (a vLLM plugin linted in a venv without vLLM), the analysis reads the model of that module here.
 A model keeps what the rules read of the upstream classes: metadata classes whole, top-k buffer
 holders and metadata builders as class heads, fields and instance attributes, with the switch and
-compaction methods and the methods that call them whole, and the functions that take a metadata
-object. `...` as a function's
+compaction methods and the methods that call them whole (and the methods that run those hooks
+in order, and that run the draft model, in the classes that hold or run them), and the functions
+that take a metadata object. `...` as a function's
 whole body means that the body is not modelled: the analysis treats a call of it like a call it
 cannot resolve. `MANIFEST.json` names the release each module was taken from and the releases
 that have it; `MODULES.txt` lists every module of those releases (a listed module without a

@@ -329,3 +329,62 @@ def test_a_bundled_models_relative_import_goes_through_the_order(tmp_path):
     assert project.relative_module(sub, 2, "b").path == site / "pkg" / "b.py"
     assert project.relative_module(sub, 2, "").path == site / "pkg" / "__init__.py"
     assert project.relative_module(a, 3, "b") is None  # above the top package
+
+
+_HOOKS_PLUGIN = '''
+from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.speculator import (
+    TargetDependentARSpeculator,
+)
+
+
+class SharedTopkSpeculator(TargetDependentARSpeculator):
+    reuse_topk: bool = True
+
+    def on_prefill_begin(self, num_reqs: int) -> None:
+        if self.reuse_topk:
+            self.model.model.set_skip_topk(False)
+{begin}
+    def on_prefill_end(self, num_reqs: int) -> None:
+        if self.reuse_topk:
+{end}
+    def on_multi_step_decode_begin(self, num_reqs: int) -> None:
+        if self.reuse_topk:
+            self.model.model.set_skip_topk(True)
+
+    def on_multi_step_decode_end(self, num_reqs: int) -> None:
+        if self.reuse_topk:
+            self.model.model.set_skip_topk(False)
+'''
+_COMPACT = "            self.model.model.compact_topk_indices(self.last_token_indices[:num_reqs])\n"
+
+
+@pytest.mark.parametrize(
+    "case, begin, end, reported",
+    [
+        # vLLM's order: step 0's forward, then `on_prefill_end`, then the switch: compacted
+        ("compacts-after-step-0", "", _COMPACT, False),
+        ("never-compacts", "", "            pass\n", True),
+        # compacted before step 0's forward writes the buffer: the rows are not this step's
+        ("compacts-before-step-0", _COMPACT, "            pass\n", True),
+    ],
+    ids=["compacts-after-step-0", "never-compacts", "compacts-before-step-0"],
+)
+def test_plugin_hooks_are_judged_in_the_order_of_the_bundled_base(tmp_path, bare, case, begin, end, reported):
+    """A plugin overriding the hooks of vLLM's `TargetDependentARSpeculator`, linted without
+    vLLM: the bundled model keeps the base's `propose` and `capture` (which run the hooks in
+    order) and the methods that run the draft model, so IC002 reads where step 0's forward
+    falls between the hooks."""
+    python, _ = bare
+    root = tmp_path / "plugin"
+    (root / "plug").mkdir(parents=True)
+    (root / "plug" / "__init__.py").write_text("")
+    (root / "plug" / "spec.py").write_text(_HOOKS_PLUGIN.format(begin=begin, end=end))
+    run = run_cli("lint", "--no-cache", "--select", "IC002", "--python", python, "--format", "json", ".", cwd=root)
+    assert_no_traceback(run)
+    findings = json.loads(run.out)["findings"]
+    if reported:
+        assert run.code == 1, run.err
+        [finding] = findings
+        assert finding["rule"] == "IC002" and "set_skip_topk(True)" in finding["message"], finding
+    else:
+        assert run.code == 0 and findings == [], (run.err, findings)

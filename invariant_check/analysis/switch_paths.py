@@ -189,6 +189,12 @@ class Window:
         target = None
         if fn is not None and callee is not None:
             target = self.summaries.function_for(self.summaries.resolve(fn, callee, self_cls))
+        if target is None and fn is not None and callee is not None and "." not in callee:
+            # `step = self._fused_decode if fused else self._decode; step(...)`: either method
+            for alt in either_of(flow.func, callee):
+                t = self.summaries.function_for(self.summaries.resolve(fn, alt, self_cls))
+                if t is not None and rule.forwards(self.summaries, t, self_cls if alt.startswith("self.") else t.owner()):
+                    return "fwd"
         if target is None:
             return "fwd" if name in rule.forward_names else None
         sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
@@ -840,3 +846,17 @@ def _source(expr: ast.AST) -> str:
         return ast.unparse(expr)
     except Exception:
         return ""
+
+
+def either_of(func: ast.AST, name: str) -> list[str]:
+    """The callables a local bound once to a choice of two holds (`f = a.m if c else b.n`)."""
+    bound = [
+        sub for sub in walk_local(func)
+        if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
+        and any(isinstance(t, ast.Name) and t.id == name for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]))
+    ]
+    if len(bound) != 1 or not isinstance(bound[0], ast.Assign) or not isinstance(bound[0].value, ast.IfExp):
+        return []
+    choice = bound[0].value
+    out = [ref(v) for v in (choice.body, choice.orelse)]
+    return [r for r in out if r] if all(out) else []

@@ -2,6 +2,7 @@
 # A model of the upstream module for invariant-check's analysis, not code to run: do not edit.
 
 from vllm.config import VllmConfig
+from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.fusion.quant_activation import QuantizedActivation
 from vllm.model_executor.layers.rocm_paged_mxfp4_indexer import RocmSparseAttnIndexer
 from vllm.model_executor.layers.rocm_paged_mxfp4_indexer import RocmSparseMQAIndexer
@@ -12,6 +13,7 @@ from vllm.models.deepseek_v41.attention import DeepseekV4IndexerCache
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV41SparseSWAMetadataBuilder
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4FlashMLAMetadata
 from vllm.models.deepseek_v41.sparse_mla import DeepseekV4SparseMLAMetadataBuilder
+from vllm.platforms import current_platform
 from vllm.v1.attention.backend import AttentionCGSupport
 from vllm.v1.attention.backend import CommonAttentionMetadata
 from vllm.v1.kv_cache_interface import KVCacheSpec
@@ -98,7 +100,20 @@ class DeepseekV41ROCMAiterMLAAttention(DeepseekV4Attention):
         ...
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, llama_4_scaling: torch.Tensor | None=None) -> torch.Tensor:
-        ...
+        if self.indexer is None or self._prepare_and_attn_fn == self._prepare_and_attn_eager or (not current_platform.enable_multi_stream_overlap(self.aux_stream_list, get_forward_context().attn_metadata)):
+            aux_streams = self.aux_stream_list
+            self.aux_stream_list = None
+            try:
+                return super().forward(positions, hidden_states, llama_4_scaling)
+            finally:
+                self.aux_stream_list = aux_streams
+        attn_out = self._alloc_attn_out(hidden_states.shape[0], hidden_states)
+        if self.compressor is not None:
+            q, kv, index_q, index_q_scale, index_weights = self._forward_csa2_full(hidden_states, positions)
+        else:
+            q, kv, index_q, index_q_scale, index_weights = self._forward_csa2_reindex(hidden_states, positions)
+        self._sparse_indexer_and_attn(hidden_states, index_q, index_q_scale, index_weights, q, kv, positions, attn_out)
+        return self._o_proj(attn_out, positions)
 
     def _forward_csa2_full(self, hidden_states: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
         ...

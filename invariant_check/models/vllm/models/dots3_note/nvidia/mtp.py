@@ -25,4 +25,6 @@ class Dots3NoteMultiTokenPredictor(DeepseekV32MultiTokenPredictor):
         ...
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, previous_hidden_states: torch.Tensor, inputs_embeds: torch.Tensor | None=None, spec_step_idx: int=0) -> torch.Tensor:
-        ...
+        if inputs_embeds is None:
+            input_ids = torch.minimum(input_ids, self.max_token_id)
+        return super().forward(input_ids, positions, previous_hidden_states, inputs_embeds, spec_step_idx)

@@ -3,8 +3,13 @@
 
 from vllm.distributed import get_tensor_model_parallel_world_size
 from vllm.distributed.parallel_state import get_tp_group
+from vllm.forward_context import get_forward_context
+from vllm.models.minimax_m3.amd.ops.index_topk import SPARSE_BLOCK_SIZE
+from vllm.models.minimax_m3.amd.ops.index_topk import minimax_m3_index_score
+from vllm.models.minimax_m3.amd.ops.index_topk import minimax_m3_index_topk
 from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerMetadata
 from vllm.models.minimax_m3.common.indexer import MiniMaxM3IndexerTritonImpl
+from vllm.triton_utils import triton
 import torch
 
 
@@ -15,4 +20,32 @@ class MiniMaxM3IndexerTritonCPImpl(MiniMaxM3IndexerTritonImpl):
         self.cp_decode = get_shared_cp_decode(total_heads=total_heads, rank=get_tp_group().rank_in_group, world_size=get_tensor_model_parallel_world_size(), max_tokens=max_tokens, max_seq_len=vllm_config.model_config.max_model_len, topk=self.topk_blocks, init_blocks=self.init_blocks, local_blocks=self.local_blocks, group=get_tp_group(), device=device, head_dim=self.index_head_dim)
 
     def forward(self, index_query: torch.Tensor, *, attention_block_table: torch.Tensor | None=None, sparse_block_table_out: torch.Tensor | None=None, sparse_context_lens_out: torch.Tensor | None=None, block_page_stride: int | None=None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        ...
+        attn_metadata = get_forward_context().attn_metadata
+        if not isinstance(attn_metadata, dict):
+            return (None, None)
+        index_md = attn_metadata[self.index_cache.prefix]
+        assert isinstance(index_md, MiniMaxM3IndexerMetadata)
+        num_tokens = index_md.num_actual_tokens
+        nd = index_md.num_decode_tokens
+        iq = index_query[:num_tokens].view(-1, self.num_index_heads, self.index_head_dim)
+        kv = self.index_cache.kv_cache
+        buf_htk = self.topk_indices_buffer
+        decode_topk: torch.Tensor | None = None
+        prefill_topk: torch.Tensor | None = None
+        if index_md.num_decodes > 0:
+            d = index_md.decode
+            assert d is not None
+            max_block = triton.cdiv(d.max_seq_len, SPARSE_BLOCK_SIZE)
+            if torch.compiler.is_compiling() or max_block == 0 or kv.ndim != 3 or (kv.numel() == 0):
+                return super().forward(index_query, attention_block_table=attention_block_table, sparse_block_table_out=sparse_block_table_out, sparse_context_lens_out=sparse_context_lens_out, block_page_stride=block_page_stride)
+            if buf_htk is None:
+                decode_topk = torch.empty((self.num_index_heads, nd, self.topk_blocks), dtype=torch.int32, device=iq.device)
+            else:
+                decode_topk = buf_htk[:, :nd]
+            self.cp_decode(iq[:nd], kv, d.block_table, d.seq_lens, d.decode_query_len, decode_topk, scale=self.scale, attention_block_table=attention_block_table, sparse_block_table_out=sparse_block_table_out, sparse_context_lens_out=sparse_context_lens_out, block_page_stride=block_page_stride)
+        if index_md.num_prefills > 0:
+            p = index_md.prefill
+            assert p is not None
+            score = minimax_m3_index_score(iq[nd:], kv, p.block_table, p.cu_seqlens_q, p.seq_lens, p.context_lens, p.max_query_len, p.max_seq_len, self.num_kv_heads)
+            prefill_topk = minimax_m3_index_topk(score, p.cu_seqlens_q, p.context_lens, p.max_query_len, self.topk_blocks, self.init_blocks, self.local_blocks, out=buf_htk[:, nd:, :] if buf_htk is not None else None)
+        return (decode_topk, prefill_topk)

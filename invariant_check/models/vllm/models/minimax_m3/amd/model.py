@@ -4,9 +4,12 @@
 from collections.abc import Iterable
 from torch import nn
 from transformers import PreTrainedConfig
+from vllm import _custom_ops as ops
+from vllm._aiter_ops import rocm_aiter_ops
 from vllm.compilation.breakable_cudagraph import eager_break_during_capture
 from vllm.config import CacheConfig
 from vllm.config import VllmConfig
+from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 from vllm.model_executor.layers.fused_moe.utils import is_model_fused_shared_expert_compatible
 from vllm.model_executor.layers.linear import MinimaxM3QKVParallelLinearWithIndexer
@@ -15,6 +18,10 @@ from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.models.interfaces import EagleModelMixin
 from vllm.model_executor.models.utils import make_empty_intermediate_tensors_factory
 from vllm.models.minimax_m3.amd.indexer_msa import MiniMaxM3IndexerMSAImpl
+from vllm.models.minimax_m3.amd.ops.sparse_pa import minimax_m3_alloc_sparse_block_table
+from vllm.models.minimax_m3.amd.sparse_attention_msa import MiniMaxM3SparseAiterPADecodeMetadata
+from vllm.models.minimax_m3.amd.sparse_attention_msa import MiniMaxM3SparseAiterPAImpl
+from vllm.models.minimax_m3.amd.sparse_attention_msa import MiniMaxM3SparseAiterPAPrefillMetadata
 from vllm.models.minimax_m3.amd.specialized_decode.runtime import specialized_decode_config
 from vllm.models.minimax_m3.amd.specialized_decode.runtime.decode import SpecializedDecode
 from vllm.models.minimax_m3.common.sparse_attention import MiniMaxM3SparseBackend
@@ -89,11 +96,109 @@ class MiniMaxM3SparseAttention(nn.Module, AttentionLayerBase):
         ...
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        ...
+        qkv, _ = self.qkv_proj(hidden_states)
+        cos_sin_cache = self.rotary_emb.cos_sin_cache
+        rotary_dim = self.rotary_emb.rotary_dim
+        eps = self.q_norm.variance_epsilon
+        num_tokens = qkv.shape[0]
+        fwd_slot_mapping = get_forward_context().slot_mapping
+        if not isinstance(fwd_slot_mapping, dict) or self.layer_name not in fwd_slot_mapping:
+            return qkv.new_zeros((num_tokens, self.hidden_size))
+        main_slot_mapping = fwd_slot_mapping[self.layer_name]
+        q = qkv.new_empty((num_tokens, self.q_size))
+        key_cache = value_cache = page16_slot_mapping = None
+        k_scale = v_scale = None
+        use_fused_qknorm = False
+        if self.use_aiter_sparse_pa:
+            key_cache, value_cache = self.get_aiter_sparse_pa_kv_cache()
+            page16_slot_mapping = self._get_aiter_sparse_pa_slot_mapping(main_slot_mapping, key_cache, value_cache)
+            k_scale = getattr(self, '_k_scale', None)
+            v_scale = getattr(self, '_v_scale', None)
+            use_fused_qknorm = rocm_aiter_ops.fused_qknorm_idxrqknorm_enabled(self.kv_cache_dtype, k_scale, v_scale)
+        if self.skip_index_topk:
+            index_q = None
+            if self.use_aiter_sparse_pa:
+                assert key_cache is not None
+                assert value_cache is not None
+                assert page16_slot_mapping is not None
+                if use_fused_qknorm:
+                    rocm_aiter_ops.fused_qknorm_idxrqknorm(qkv, self.q_norm.weight, self.k_norm.weight, cos_sin_cache, positions, self.num_heads, self.num_kv_heads, rotary_dim, eps, page16_slot_mapping, key_cache, value_cache, q, self.kv_cache_dtype, k_scale, v_scale, num_index_heads=self.num_idx_heads, skip_index_branch=True)
+                else:
+                    ops.fused_minimax_m3_qknorm_rope_kv_insert(qkv, self.q_norm.weight, self.k_norm.weight, cos_sin_cache, positions, self.num_heads, self.num_kv_heads, rotary_dim, eps, num_index_heads=self.num_idx_heads, q_out=q, skip_index_branch=True)
+                    k_start = self.q_size
+                    v_start = k_start + self.kv_size
+                    k = qkv[:, k_start:v_start].view(num_tokens, self.num_kv_heads, self.head_dim)
+                    v = qkv[:, v_start:v_start + self.kv_size].view(num_tokens, self.num_kv_heads, self.head_dim)
+                    self._insert_aiter_sparse_pa_kv(k, v, None, page16_slot_mapping, None, key_cache, value_cache)
+            else:
+                ops.fused_minimax_m3_qknorm_rope_kv_insert(qkv, self.q_norm.weight, self.k_norm.weight, cos_sin_cache, positions, self.num_heads, self.num_kv_heads, rotary_dim, eps, num_index_heads=self.num_idx_heads, slot_mapping=main_slot_mapping, kv_cache=self.kv_cache, block_size=self.kv_cache.size(2), q_out=q, kv_cache_dtype=self.kv_cache_dtype, skip_index_branch=True)
+        else:
+            index_slot_mapping = fwd_slot_mapping[self.indexer.index_cache.prefix]
+            index_q = qkv.new_empty((num_tokens, self.index_q_size), dtype=self.indexer.index_cache.dtype)
+            if self.use_aiter_sparse_pa:
+                assert key_cache is not None
+                assert value_cache is not None
+                assert page16_slot_mapping is not None
+                index_cache = self.indexer.index_cache.kv_cache
+                if use_fused_qknorm:
+                    rocm_aiter_ops.fused_qknorm_idxrqknorm(qkv, self.q_norm.weight, self.k_norm.weight, cos_sin_cache, positions, self.num_heads, self.num_kv_heads, rotary_dim, eps, page16_slot_mapping, key_cache, value_cache, q, self.kv_cache_dtype, k_scale, v_scale, self.index_q_norm.weight, self.index_k_norm.weight, self.num_idx_heads, index_cache, index_q, index_slot_mapping)
+                else:
+                    ops.fused_minimax_m3_qknorm_rope_kv_insert(qkv, self.q_norm.weight, self.k_norm.weight, cos_sin_cache, positions, self.num_heads, self.num_kv_heads, rotary_dim, eps, self.index_q_norm.weight, self.index_k_norm.weight, self.num_idx_heads, q_out=q, index_q_out=index_q, kv_cache_dtype=self.kv_cache_dtype)
+                    k_start = self.q_size
+                    v_start = k_start + self.kv_size
+                    index_k_start = v_start + self.kv_size + self.index_q_size
+                    k = qkv[:, k_start:v_start].view(num_tokens, self.num_kv_heads, self.head_dim)
+                    v = qkv[:, v_start:v_start + self.kv_size].view(num_tokens, self.num_kv_heads, self.head_dim)
+                    index_k = qkv[:, index_k_start:index_k_start + self.idx_head_dim].view(num_tokens, self.idx_head_dim)
+                    self._insert_aiter_sparse_pa_kv(k, v, index_k, page16_slot_mapping, index_slot_mapping, key_cache, value_cache)
+            else:
+                ops.fused_minimax_m3_qknorm_rope_kv_insert(qkv, self.q_norm.weight, self.k_norm.weight, cos_sin_cache, positions, self.num_heads, self.num_kv_heads, rotary_dim, eps, self.index_q_norm.weight, self.index_k_norm.weight, self.num_idx_heads, main_slot_mapping, index_slot_mapping, self.kv_cache, self.indexer.index_cache.kv_cache, self.kv_cache.size(2), q, index_q, self.kv_cache_dtype)
+        output = torch.empty_like(q)
+        attn_output = self._run_attention(q, index_q, output)
+        output, _ = self.o_proj(attn_output)
+        return output
 
     @eager_break_during_capture
     def _run_attention(self, query: torch.Tensor, index_query: torch.Tensor | None, output: torch.Tensor) -> torch.Tensor:
-        ...
+        decode_sparse_table: tuple[torch.Tensor, torch.Tensor] | None = None
+        if not self.skip_index_topk:
+            assert index_query is not None
+            if self.indexer_emits_table:
+                attn_metadata = get_forward_context().attn_metadata
+                decode_page16 = prefill_page16 = None
+                if isinstance(attn_metadata, dict):
+                    main_md = attn_metadata[self.layer_name]
+                    assert isinstance(main_md, MiniMaxM3SparseMetadata)
+                    d, p = (main_md.decode, main_md.prefill)
+                    if d is not None:
+                        assert isinstance(d, MiniMaxM3SparseAiterPADecodeMetadata)
+                        decode_page16 = d.page16_block_table
+                    if p is not None:
+                        assert isinstance(p, MiniMaxM3SparseAiterPAPrefillMetadata)
+                        prefill_page16 = p.page16_block_table
+                self.indexer(index_query, decode_page16_block_table=decode_page16, prefill_page16_block_table=prefill_page16)
+            else:
+                attn_metadata = get_forward_context().attn_metadata
+                if self.use_aiter_sparse_pa and isinstance(attn_metadata, dict):
+                    main_md = attn_metadata[self.layer_name]
+                    assert isinstance(main_md, MiniMaxM3SparseMetadata)
+                    if main_md.num_decodes > 0:
+                        d = main_md.decode
+                        assert d is not None
+                        topk = self.topk_indices_buffer
+                        assert topk is not None
+                        decode_sparse_table = minimax_m3_alloc_sparse_block_table(topk[:, :main_md.num_decode_tokens, :])
+                        block_page_stride = self._aiter_sparse_pa_block_page_stride
+                        assert block_page_stride > 0
+                        self.indexer(index_query, attention_block_table=d.block_table, sparse_block_table_out=decode_sparse_table[0], sparse_context_lens_out=decode_sparse_table[1], block_page_stride=block_page_stride)
+                    else:
+                        self.indexer(index_query)
+                else:
+                    self.indexer(index_query)
+        if self.use_aiter_sparse_pa:
+            assert isinstance(self.impl, MiniMaxM3SparseAiterPAImpl)
+            return self.impl.forward(self, query, self.kv_cache, output, decode_sparse_table=decode_sparse_table)
+        return self.impl.forward(self, query, self.kv_cache, output)
 
 
 class MiniMaxM3Model(nn.Module, EagleModelMixin):

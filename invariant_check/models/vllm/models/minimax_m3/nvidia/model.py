@@ -4,9 +4,11 @@
 from collections.abc import Iterable
 from torch import nn
 from transformers import PreTrainedConfig
+from vllm import _custom_ops as ops
 from vllm.compilation.breakable_cudagraph import eager_break_during_capture
 from vllm.config import CacheConfig
 from vllm.config import VllmConfig
+from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.attention_layer_base import AttentionLayerBase
 from vllm.model_executor.layers.linear import MinimaxM3QKVParallelLinearWithIndexer
 from vllm.model_executor.layers.linear import RowParallelLinear
@@ -69,11 +71,29 @@ class MiniMaxM3SparseAttention(nn.Module, AttentionLayerBase):
         ...
 
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
-        ...
+        qkv, _ = self.qkv_proj(hidden_states)
+        cos_sin_cache = self.rotary_emb.cos_sin_cache
+        rotary_dim = self.rotary_emb.rotary_dim
+        eps = self.q_norm.variance_epsilon
+        num_tokens = qkv.shape[0]
+        fwd_slot_mapping = get_forward_context().slot_mapping
+        if not isinstance(fwd_slot_mapping, dict) or self.layer_name not in fwd_slot_mapping:
+            return qkv.new_zeros((num_tokens, self.hidden_size))
+        main_slot_mapping = fwd_slot_mapping[self.layer_name]
+        index_slot_mapping = fwd_slot_mapping[self.indexer.index_cache.prefix]
+        q = qkv.new_empty((num_tokens, self.q_size))
+        query_fp8 = self._allocate_query_fp8(qkv)
+        index_q = qkv.new_empty((num_tokens, self.index_q_size), dtype=self.indexer.index_cache.dtype)
+        ops.fused_minimax_m3_qknorm_rope_kv_insert(qkv, self.q_norm.weight, self.k_norm.weight, cos_sin_cache, positions, self.num_heads, self.num_kv_heads, rotary_dim, eps, self.index_q_norm.weight, self.index_k_norm.weight, self.num_idx_heads, main_slot_mapping, index_slot_mapping, self.kv_cache, self.indexer.index_cache.kv_cache, self.kv_cache.size(2), q if query_fp8 is None else None, index_q, self.kv_cache_dtype, q_fp8_out=query_fp8, q_fp8_scale=self._q_scale_float, kv_k_scale=self._k_scale if self.use_nvfp4_kv else None, kv_v_scale=self._v_scale if self.use_nvfp4_kv else None)
+        output = torch.empty_like(q)
+        attn_output = self._run_attention(q, query_fp8, index_q, output)
+        output, _ = self.o_proj(attn_output)
+        return output
 
     @eager_break_during_capture
     def _run_attention(self, query: torch.Tensor, query_fp8: torch.Tensor | None, index_query: torch.Tensor, output: torch.Tensor) -> torch.Tensor:
-        ...
+        self.indexer(index_query)
+        return self.impl.forward(self, query, self.kv_cache, output, query_fp8=query_fp8)
 
 
 class MiniMaxM3Model(nn.Module, EagleModelMixin):

@@ -4,12 +4,17 @@
 from typing import Any
 from vllm.config import VllmConfig
 from vllm.config.compilation import CUDAGraphMode
+from vllm.forward_context import BatchDescriptor
+from vllm.forward_context import set_forward_context
+from vllm.v1.worker.gpu.attn_utils import build_slot_mappings_by_layer
 from vllm.v1.worker.gpu.cudagraph_utils import BatchExecutionDescriptor
 from vllm.v1.worker.gpu.dp_utils import DPSyncState
+from vllm.v1.worker.gpu.dp_utils import dispatch_cg_and_sync_dp
 from vllm.v1.worker.gpu.input_batch import InputBatch
 from vllm.v1.worker.gpu.input_batch import InputBuffers
 from vllm.v1.worker.gpu.spec_decode.speculator import DraftModelSpeculator
 from vllm.v1.worker.gpu.spec_decode.target_dependent_ar.cudagraph_utils import SpeculatorCudaGraphManager
+from vllm.v1.worker.utils import get_uniform_decode_token_count
 import torch
 import torch.nn as nn
 
@@ -52,30 +57,181 @@ class TargetDependentARSpeculator(DraftModelSpeculator):
         ...
 
     def capture(self) -> None:
-        ...
+        logger.info('Capturing model for speculator...')
+        self.last_token_indices.zero_()
+        self.idx_mapping.zero_()
+        assert self.prefill_cudagraph_manager is not None
+        if self.prefill_cudagraph_manager.use_breakable_cg:
+            self.prefill_cudagraph_manager.init_breakable_cg_runner(self.model)
+        self.on_prefill_begin(self.max_num_reqs)
+        self.prefill_cudagraph_manager.capture(self._prefill, self.model_state, self.target_input_buffers, self.block_tables, self.target_attn_groups, self.kv_cache_config, progress_bar_desc='Capturing prefill CUDA graphs')
+        self.on_prefill_end(self.max_num_reqs)
+        if self.num_speculative_steps == 1:
+            return
+        self.on_multi_step_decode_begin(self.max_num_reqs)
+        assert self.decode_cudagraph_manager is not None
+        decode_fn = self._generate_fused_drafts if self.supports_decode_metadata_update else self._generate_draft
+        self.decode_cudagraph_manager.capture(decode_fn, self.model_state, self.input_buffers, self.block_tables, self.attn_groups, self.kv_cache_config, progress_bar_desc='Capturing decode CUDA graphs', specialize_spec_tokens=self.supports_decode_metadata_update and self.speculative_config.uses_dynamic_speculative_decoding())
+        self.on_multi_step_decode_end(self.max_num_reqs)
 
     @torch.inference_mode()
     def propose(self, input_batch: InputBatch, attn_metadata: dict[str, Any], slot_mappings: dict[str, torch.Tensor], last_hidden_states: torch.Tensor, aux_hidden_states: list[torch.Tensor] | None, num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor, next_prefill_tokens: torch.Tensor, temperature: torch.Tensor, seeds: torch.Tensor, dp_sync_state: DPSyncState | None=None, dummy_run: bool=False, skip_attn_for_dummy_run: bool=False, mm_inputs: tuple[list[torch.Tensor], torch.Tensor] | None=None, is_profile: bool=False, num_speculative_tokens: int | None=None) -> torch.Tensor:
-        ...
+        num_reqs = input_batch.num_reqs
+        if num_speculative_tokens is None:
+            num_speculative_tokens = self.num_speculative_steps
+        num_tokens = input_batch.num_tokens
+        num_tokens_padded = input_batch.num_tokens_after_padding
+        max_query_len = input_batch.num_scheduled_tokens.max()
+        max_seq_len = input_batch.seq_lens_cpu_upper_bound[:num_reqs].max().item()
+        self.draft_max_seq_len = min(max_seq_len + num_speculative_tokens, self.max_model_len)
+        if aux_hidden_states:
+            assert self.method == 'eagle3'
+            hidden_states = self.model.combine_hidden_states(torch.cat(aux_hidden_states, dim=-1))
+        else:
+            hidden_states = last_hidden_states
+        self._copy_request_inputs(num_reqs, input_batch.idx_mapping, temperature, seeds, dummy_run=dummy_run)
+        prepare_prefill_inputs(self.last_token_indices, self.current_draft_step, self.input_buffers, input_batch, num_sampled, num_rejected, last_sampled, next_prefill_tokens, self.max_num_reqs)
+        if self.pcp_manager is not None:
+            self.pcp_manager.prepare_draft_prefill(input_batch, self.input_buffers.input_ids[:num_tokens_padded])
+            prefill = self.pcp_manager.draft_prefill_batch
+            if prefill is not None:
+                num_tokens = prefill.num_tokens
+                num_tokens_padded = prefill.num_tokens_after_padding
+        self.hidden_states[:num_tokens_padded].copy_(hidden_states)
+        uniform_token_count = get_uniform_decode_token_count(num_reqs, num_tokens, max_query_len, input_batch.decode_graph_eligible)
+        prefill_batch_desc, prefill_batch_sync = dispatch_cg_and_sync_dp(self.prefill_cudagraph_manager, num_reqs, num_tokens_padded, uniform_token_count, dp_size=self.dp_size, dp_rank=self.dp_rank, need_eager=is_profile, dp_sync_state=dp_sync_state)
+        num_tokens_across_dp = prefill_batch_sync.num_tokens_across_dp if prefill_batch_sync is not None else None
+        self._prepare_eplb_forward(num_tokens)
+        self.on_prefill_begin(num_reqs)
+        if prefill_batch_desc.cg_mode == CUDAGraphMode.FULL:
+            assert self.prefill_cudagraph_manager is not None
+            self.prefill_cudagraph_manager.run_fullgraph(prefill_batch_desc)
+        else:
+            self._prefill(num_reqs, prefill_batch_desc.num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp=num_tokens_across_dp, cudagraph_runtime_mode=prefill_batch_desc.cg_mode, mm_inputs=mm_inputs, skip_sample=num_speculative_tokens == 0)
+        self.on_prefill_end(num_reqs)
+        if num_speculative_tokens <= 1:
+            if num_speculative_tokens == 0:
+                self.draft_tokens[:num_reqs].fill_(-1)
+            return self.draft_tokens[:num_reqs]
+        if self.pcp_manager is not None and (not dummy_run):
+            self.block_tables.gather_block_tables(input_batch.idx_mapping, num_reqs_padded=num_reqs)
+        if dummy_run and dp_sync_state is not None:
+            num_reqs = min(num_reqs, dp_sync_state.num_reqs)
+        prepare_decode_inputs(self.draft_tokens[:num_reqs, 0], input_batch.seq_lens, num_rejected, self.input_buffers, self.sample_src_positions, self.max_model_len, self.max_num_reqs, advance_draft_positions=self.advance_draft_positions)
+        decode_batch_sync, num_batch_tokens = self._build_uniform_batch_dp_sync(dp_sync_state, num_reqs, num_query_per_req=1) if dp_sync_state is not None else (None, num_reqs)
+        decode_batch_desc, decode_batch_sync = dispatch_cg_and_sync_dp(self.decode_cudagraph_manager, num_reqs, num_batch_tokens, uniform_token_count=1, dp_size=self.dp_size, dp_rank=self.dp_rank, need_eager=is_profile, dp_sync_state=decode_batch_sync)
+        if self.decode_cudagraph_manager is not None:
+            decode_batch_desc = self.decode_cudagraph_manager.specialize_spec_tokens(decode_batch_desc, num_speculative_tokens)
+        num_tokens_across_dp = decode_batch_sync.num_tokens_across_dp if decode_batch_sync is not None else None
+        self.on_multi_step_decode_begin(num_reqs)
+        decode_fn = self._fused_multi_step_decode if self.supports_decode_metadata_update else self._multi_step_decode
+        decode_fn(num_reqs, dummy_run and skip_attn_for_dummy_run, decode_batch_desc, num_tokens_across_dp, input_batch.seq_lens_cpu_upper_bound, num_speculative_tokens)
+        self.on_multi_step_decode_end(num_reqs)
+        return self.draft_tokens[:num_reqs]
 
     @torch.inference_mode()
     def _run_model(self, num_tokens: int, attn_metadata: dict[str, Any] | None, slot_mappings: dict[str, torch.Tensor] | None, num_tokens_across_dp: torch.Tensor | None, cudagraph_runtime_mode: CUDAGraphMode=CUDAGraphMode.NONE, mm_inputs: tuple[list[torch.Tensor], torch.Tensor] | None=None) -> tuple[torch.Tensor, torch.Tensor]:
-        ...
+        input_buffers: InputBatch | InputBuffers = self.input_buffers
+        is_padding = None
+        if self.pcp_manager is not None:
+            input_buffers, is_padding = self.pcp_manager.get_draft_input_buffers(self.input_buffers, num_tokens)
+        batch_descriptor = BatchDescriptor(num_tokens=num_tokens)
+        with set_forward_context(attn_metadata, self.vllm_config, num_tokens=num_tokens, cudagraph_runtime_mode=cudagraph_runtime_mode, num_tokens_across_dp=num_tokens_across_dp, slot_mapping=slot_mappings, batch_descriptor=batch_descriptor, is_padding=is_padding):
+            inputs_embeds = None
+            if self.supports_mm_inputs:
+                assert self.inputs_embeds is not None
+                mm_embeds, is_mm_embed = mm_inputs or (None, None)
+                num_input_tokens = is_mm_embed.shape[0] if is_mm_embed is not None else num_tokens
+                self.inputs_embeds[:num_input_tokens] = self.model.embed_input_ids(input_buffers.input_ids[:num_input_tokens], multimodal_embeddings=mm_embeds, is_multimodal=is_mm_embed)
+                inputs_embeds = self.inputs_embeds[:num_tokens]
+            model_inputs = dict(input_ids=input_buffers.input_ids[:num_tokens], positions=input_buffers.positions[:num_tokens], hidden_states=self.hidden_states[:num_tokens], inputs_embeds=inputs_embeds)
+            if cudagraph_runtime_mode == CUDAGraphMode.PIECEWISE:
+                assert self.prefill_cudagraph_manager is not None
+                ret_hidden_states = self.prefill_cudagraph_manager.run_pw_graph(self.model, model_inputs)
+            else:
+                ret_hidden_states = self.model(**model_inputs)
+        if isinstance(ret_hidden_states, tuple):
+            last_hidden_states, hidden_states = ret_hidden_states
+        else:
+            last_hidden_states = ret_hidden_states
+            hidden_states = ret_hidden_states
+        return (last_hidden_states, hidden_states)
 
     def _prefill(self, num_reqs: int, num_tokens: int, attn_metadata: dict[str, Any] | None, slot_mappings: dict[str, torch.Tensor] | None, num_tokens_across_dp: torch.Tensor | None, cudagraph_runtime_mode: CUDAGraphMode=CUDAGraphMode.NONE, mm_inputs: tuple[list[torch.Tensor], torch.Tensor] | None=None, skip_sample: bool=False) -> None:
-        ...
+        last_token_indices = self.last_token_indices[:num_reqs]
+        positions = self.input_buffers.positions[last_token_indices]
+        sample_src_positions = positions + 1
+        idx_mapping = self.idx_mapping[:num_reqs]
+        last_hidden_states, hidden_states = self._run_model(num_tokens, attn_metadata, slot_mappings, num_tokens_across_dp=num_tokens_across_dp, cudagraph_runtime_mode=cudagraph_runtime_mode, mm_inputs=mm_inputs)
+        if self.pcp_manager is not None:
+            last_hidden_states, hidden_states = self.pcp_manager.restore_draft_prefill(last_hidden_states, hidden_states)
+        if skip_sample:
+            return
+        sample_hidden_states = last_hidden_states[last_token_indices]
+        self.draft_tokens[:num_reqs, 0] = self.sample_draft(sample_hidden_states, sample_src_positions, idx_mapping, self.temperature, self.seeds, self.current_draft_step, self.draft_logits)
+        if last_hidden_states is hidden_states:
+            self.hidden_states[:num_reqs] = sample_hidden_states
+        else:
+            self.hidden_states[:num_reqs] = hidden_states[last_token_indices]
+        self.input_buffers.positions[:num_reqs] = positions
+        self.sample_src_positions[:num_reqs] = sample_src_positions
 
     def _multi_step_decode(self, num_reqs: int, skip_attn: bool, batch_desc: BatchExecutionDescriptor, num_tokens_across_dp: torch.Tensor | None, seq_lens_cpu_upper_bound: torch.Tensor, num_speculative_steps: int) -> None:
-        ...
+        positions = self.input_buffers.positions[:num_reqs]
+        query_start_loc = self.input_buffers.query_start_loc[:num_reqs + 1]
+        idx_mapping = self.idx_mapping[:num_reqs]
+        attn_metadata = None
+        slot_mappings_by_layer = None
+        for step in range(1, num_speculative_steps):
+            if not skip_attn and (self.advance_draft_positions or step == 1):
+                slot_mappings = self.block_tables.compute_slot_mappings(idx_mapping, query_start_loc, positions, batch_desc.num_tokens)
+                slot_mappings_by_layer = build_slot_mappings_by_layer(slot_mappings, self.kv_cache_config)
+                attn_metadata = self._build_uniform_attn_metadata(num_reqs=num_reqs, batch_desc=batch_desc, num_query_per_req=1, seq_lens_cpu_upper_bound=seq_lens_cpu_upper_bound, step=step)
+            self.current_draft_step.fill_(step)
+            if batch_desc.cg_mode == CUDAGraphMode.FULL:
+                assert self.decode_cudagraph_manager is not None
+                self.decode_cudagraph_manager.run_fullgraph(batch_desc)
+            else:
+                self._generate_draft(num_reqs, batch_desc.num_tokens, attn_metadata, slot_mappings_by_layer, num_tokens_across_dp=num_tokens_across_dp, cudagraph_runtime_mode=batch_desc.cg_mode, num_speculative_steps=num_speculative_steps)
 
     def _fused_multi_step_decode(self, num_reqs: int, skip_attn: bool, batch_desc: BatchExecutionDescriptor, num_tokens_across_dp: torch.Tensor | None, seq_lens_cpu_upper_bound: torch.Tensor, num_speculative_steps: int) -> None:
-        ...
+        positions = self.input_buffers.positions[:num_reqs]
+        query_start_loc = self.input_buffers.query_start_loc[:num_reqs + 1]
+        idx_mapping = self.idx_mapping[:num_reqs]
+        if batch_desc.cg_mode == CUDAGraphMode.FULL:
+            for groups in self.attn_groups:
+                for group in groups:
+                    group.map_to_kernel_block_table(self.block_tables.input_block_tables[group.kv_cache_group_id])
+            assert self.decode_cudagraph_manager is not None
+            self.decode_cudagraph_manager.run_fullgraph(batch_desc)
+            return
+        attn_metadata = None
+        slot_mappings_by_layer = None
+        if not skip_attn:
+            slot_mappings = self.block_tables.compute_slot_mappings(idx_mapping, query_start_loc, positions, batch_desc.num_tokens)
+            slot_mappings_by_layer = build_slot_mappings_by_layer(slot_mappings, self.kv_cache_config)
+            attn_metadata = self._build_uniform_attn_metadata(num_reqs=num_reqs, batch_desc=batch_desc, num_query_per_req=1, seq_lens_cpu_upper_bound=seq_lens_cpu_upper_bound, step=1)
+        self._generate_fused_drafts(num_reqs, batch_desc.num_tokens, attn_metadata, slot_mappings_by_layer, num_tokens_across_dp, batch_desc.cg_mode, num_speculative_steps)
 
     def _generate_fused_drafts(self, num_reqs: int, num_tokens_padded: int, attn_metadata: dict[str, Any] | None, slot_mappings: dict[str, torch.Tensor] | None, num_tokens_across_dp: torch.Tensor | None, cudagraph_runtime_mode: CUDAGraphMode, num_speculative_steps: int) -> None:
-        ...
+        idx_mapping = self.idx_mapping[:num_reqs]
+        positions = self.input_buffers.positions[:num_reqs]
+        query_start_loc = self.input_buffers.query_start_loc[:num_reqs + 1]
+        for step in range(1, num_speculative_steps):
+            if attn_metadata is not None and (self.advance_draft_positions or step == 1):
+                self.block_tables.compute_slot_mappings(idx_mapping, query_start_loc, positions, num_tokens_padded)
+                self._update_draft_decode_metadata(attn_metadata, num_reqs)
+            self.current_draft_step.fill_(step)
+            self._generate_draft(num_reqs, num_tokens_padded, attn_metadata, slot_mappings, num_tokens_across_dp, cudagraph_runtime_mode, num_speculative_steps)
 
     def _generate_draft(self, num_reqs: int, num_tokens_padded: int, attn_metadata: dict[str, Any] | None, slot_mappings: dict[str, torch.Tensor] | None, num_tokens_across_dp: torch.Tensor | None, cudagraph_runtime_mode: CUDAGraphMode, num_speculative_steps: int) -> None:
-        ...
+        self._prepare_eplb_forward(num_reqs)
+        idx_mapping = self.idx_mapping[:num_reqs]
+        last_hidden_states, hidden_states = self._run_model(num_tokens_padded, attn_metadata, slot_mappings, num_tokens_across_dp, cudagraph_runtime_mode)
+        sample_hidden_states = last_hidden_states[:num_reqs]
+        sample_src_positions = self.sample_src_positions[:num_reqs]
+        draft_tokens = self.sample_draft(sample_hidden_states, sample_src_positions, idx_mapping, self.temperature, self.seeds, self.current_draft_step, self.draft_logits)
+        update_draft_inputs(draft_tokens, self.current_draft_step, hidden_states, self.draft_tokens, self.hidden_states, self.input_buffers, self.sample_src_positions, num_reqs, self.max_model_len, num_speculative_steps, advance_draft_positions=self.advance_draft_positions)
 
 
 def prepare_prefill_inputs(last_token_indices: torch.Tensor, current_draft_step: torch.Tensor, input_buffers: InputBuffers, input_batch: InputBatch, num_sampled: torch.Tensor, num_rejected: torch.Tensor, last_sampled: torch.Tensor, next_prefill_tokens: torch.Tensor, max_num_reqs) -> torch.Tensor:
