@@ -296,6 +296,22 @@ def store_writes(target: ast.AST, stmt: ast.AST, aliases: dict[str, str]) -> lis
 _SAME_VALUES = frozenset({"clone", "contiguous", "to", "detach", "cpu", "cuda", "pin_memory", "view", "reshape"})
 
 
+# methods that return a view of the tensor they are called on: its storage, written through them
+VIEW_METHODS = frozenset({"view", "reshape", "flatten", "squeeze", "unsqueeze", "narrow", "select"})
+
+
+def _stripped(expr: ast.AST, methods: frozenset[str]) -> ast.AST:
+    """`expr` without the subscripts and the calls of `methods` around what they are taken
+    of: `x.f` for `x.f[:n].to(dev)` (with `to` among `methods`)."""
+    while True:
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in methods:
+            expr = expr.func.value
+        else:
+            return expr
+
+
 def filled_from(write: "FieldWrite", aliases: dict[str, str]) -> str | None:
     """The field of the same object whose values `write` copies into its field as they are:
     `x.f[:n].copy_(x.g[:n])`, `x.f = x.g.to(dev)`, `x.f[:n] = x.g[:n]`. After it, `f` holds
@@ -310,13 +326,7 @@ def filled_from(write: "FieldWrite", aliases: dict[str, str]) -> str | None:
         value = node.value
     else:
         return None
-    while True:
-        if isinstance(value, ast.Subscript):
-            value = value.value
-        elif isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr in _SAME_VALUES:
-            value = value.func.value
-        else:
-            break
+    value = _stripped(value, _SAME_VALUES)
     spelled = canonical(ref(value), aliases) if isinstance(value, ast.Attribute) else None
     if spelled is None:
         return None
@@ -578,6 +588,20 @@ def bound_offset(call_func: ast.AST | None, target: FunctionInfo) -> int:
     if target.facts.cls is not None and isinstance(call_func, ast.Attribute) and params[:1] and params[0] in ("self", "cls"):
         return 1
     return 0
+
+
+def call_argument(call: ast.Call, fn: FunctionInfo, index: int) -> ast.AST | None:
+    """What `call` passes for `fn`'s parameter `index`, by position or keyword (not the
+    receiver of a bound method); None when it passes nothing there. The inverse of
+    `parameter_index`."""
+    params = fn.facts.params
+    pos = index - bound_offset(call.func, fn)
+    if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
+        return call.args[pos]
+    for kw in call.keywords:
+        if kw.arg == params[index]:
+            return kw.value
+    return None
 
 
 def parameter_index(target: FunctionInfo, call: ast.Call, offset: int, argument: Callable[[ast.AST], bool]) -> list[int]:
@@ -970,45 +994,26 @@ def _field_handed_to_writer(call: ast.Call, obj: str, names: frozenset[str], ali
                             resolve: Resolver, summaries: Summaries) -> bool:
     from .tensor_writes import is_custom_op, may_write
 
-    handed: list[int | str] = []
-    for pos, arg in enumerate(call.args):
+    fields = {f"{obj}.{n}" for n in names}
+
+    def is_field(expr: ast.AST) -> bool:
+        expr = _stripped(expr, VIEW_METHODS)
+        return isinstance(expr, ast.Attribute) and canonical(ref(expr), aliases) in fields
+
+    given = []
+    for arg in call.args:
         if isinstance(arg, ast.Starred):
             break
-        if _field_of(arg, aliases) in {f"{obj}.{n}" for n in names}:
-            handed.append(pos)
-    for kw in call.keywords:
-        if kw.arg and _field_of(kw.value, aliases) in {f"{obj}.{n}" for n in names}:
-            handed.append(kw.arg)
-    if not handed:
-        return False
+        given.append(arg)
+    given += [kw.value for kw in call.keywords if kw.arg]
+    if not any(is_field(a) for a in given):
+        return False  # asked of every call the object is not handed to: the cheap look first
     if is_custom_op(call):
         return True
     fn = resolve(call)
     if fn is None:
         return False
-    offset = bound_offset(call.func, fn)
-    for at in handed:
-        if isinstance(at, int):
-            pos = at + offset
-        elif at in fn.facts.params:
-            pos = fn.facts.params.index(at)
-        else:
-            continue
-        if may_write(summaries, fn, pos):
-            return True
-    return False
-
-
-def _field_of(expr: ast.AST, aliases: dict[str, str]) -> str | None:
-    """`x.f` for `x.f`, `x.f[:n]`, `x.f.view(-1)`: the field whose storage `expr` is."""
-    while True:
-        if isinstance(expr, ast.Subscript):
-            expr = expr.value
-        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("view", "narrow", "reshape", "flatten", "squeeze", "unsqueeze", "select"):
-            expr = expr.func.value
-        else:
-            break
-    return canonical(ref(expr), aliases) if isinstance(expr, ast.Attribute) else None
+    return any(may_write(summaries, fn, i) for i in parameter_index(fn, call, bound_offset(call.func, fn), is_field))
 
 
 _MUST: "weakref.WeakKeyDictionary[Summaries, dict]" = weakref.WeakKeyDictionary()

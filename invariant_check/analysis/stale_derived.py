@@ -30,6 +30,7 @@ from .fields import (
     Passed,
     Stored,
     bound_offset,
+    call_argument,
     call_writes,
     callers,
     canonical,
@@ -55,7 +56,6 @@ from .needs import All as AllNeed
 from .needs import Any as AnyNeed
 from .needs import Names, Need, Words
 from .objects import fresh_copy_each_pass, handed_on
-from .project import FunctionInfo
 from .summaries import Summaries
 from .tensor_writes import ADVANCES, argument_writes
 from .views import FunctionView
@@ -172,7 +172,6 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
     handed to a call; and, in a function with a loop (where a memo's staleness is judged), any
     store of a field a memo reads."""
     sources = table.sources()
-    bounds = table.bound_sources()
     handed = table.stepped_sources()
     has_loop = False
     sums: dict[str, ast.AST] = {}
@@ -464,7 +463,7 @@ class DraftStep:
         index = fn.facts.params.index(head)
         out = []
         for site in sites:
-            arg = _argument(site.call, fn, index)
+            arg = call_argument(site.call, fn, index)
             caliases = local_aliases(site.node)
             passed = canonical(ref(arg), caliases) if arg is not None else None
             out.append((site, passed + ("." + rest if rest else "") if passed else None, caliases))
@@ -546,7 +545,7 @@ class DraftStep:
             return False
         index = fn.facts.params.index(head)
         for up in ups:
-            arg = _argument(up.call, fn, index)
+            arg = call_argument(up.call, fn, index)
             ualiases = local_aliases(up.node)
             upassed = canonical(ref(arg), ualiases) if arg is not None else None
             if upassed is not None and rest:
@@ -631,18 +630,6 @@ def _known(view: FunctionView, func: ast.AST, obj: str, aliases: dict[str, str])
     if cls is not None:
         known |= class_fields(cls)
     return known
-
-
-def _argument(call: ast.Call, fn: FunctionInfo, index: int) -> ast.AST | None:
-    params = fn.facts.params
-    offset = bound_offset(call.func, fn)
-    pos = index - offset
-    if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
-        return call.args[pos]
-    for kw in call.keywords:
-        if kw.arg == params[index]:
-            return kw.value
-    return None
 
 
 def _event(flow: FieldFlow, write: FieldWrite, at: ast.AST) -> int | None:

@@ -850,13 +850,27 @@ def _source(expr: ast.AST) -> str:
 
 def either_of(func: ast.AST, name: str) -> list[str]:
     """The callables a local bound once to a choice of two holds (`f = a.m if c else b.n`)."""
-    bound = [
-        sub for sub in walk_local(func)
-        if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr))
-        and any(isinstance(t, ast.Name) and t.id == name for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]))
-    ]
-    if len(bound) != 1 or not isinstance(bound[0], ast.Assign) or not isinstance(bound[0].value, ast.IfExp):
-        return []
-    choice = bound[0].value
-    out = [ref(v) for v in (choice.body, choice.orelse)]
-    return [r for r in out if r] if all(out) else []
+    # asked for every unresolved call a path search meets (`len(...)`, `print(...)`): the
+    # function's choices are read once, kept on its node
+    choices = func.__dict__.get("_choices_of_two")
+    if choices is None:
+        choices = func.__dict__["_choices_of_two"] = _choices_of_two(func)
+    return choices.get(name, [])
+
+
+def _choices_of_two(func: ast.AST) -> dict[str, list[str]]:
+    bindings: dict[str, list[ast.AST]] = {}
+    for sub in walk_local(func):
+        if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            for t in sub.targets if isinstance(sub, ast.Assign) else [sub.target]:
+                if isinstance(t, ast.Name):
+                    bindings.setdefault(t.id, []).append(sub)
+    out: dict[str, list[str]] = {}
+    for name, bound in bindings.items():
+        if len(bound) != 1 or not isinstance(bound[0], ast.Assign) or not isinstance(bound[0].value, ast.IfExp):
+            continue
+        choice = bound[0].value
+        refs = [ref(v) for v in (choice.body, choice.orelse)]
+        if all(refs):
+            out[name] = refs
+    return out

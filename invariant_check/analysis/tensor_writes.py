@@ -21,7 +21,7 @@ import weakref
 from typing import Iterator
 
 from .facts import last_name, ref, walk_local
-from .fields import added
+from .fields import VIEW_METHODS, added
 from .project import FunctionInfo
 from .summaries import Summaries
 
@@ -74,21 +74,29 @@ def _writes(summaries: Summaries, fn: FunctionInfo, index: int, depth: int, visi
             return best
     if depth <= 0:
         return best
-    for call, at in _handed_on(node, names):
-        target, offset = _callee(summaries, fn, call)
+    for _call, target, pos in _handed_to(summaries, fn, node, names):
         if target is None:
             continue
-        if isinstance(at, int):
-            pos = at + offset
-        else:
-            params_t = target.facts.params
-            if at not in params_t:
-                continue
-            pos = params_t.index(at)
         best = _join(best, _writes(summaries, target, pos, depth - 1, visiting))
         if best == ADVANCES:
             return best
     return best
+
+
+def _handed_to(summaries: Summaries, fn: FunctionInfo, node: ast.AST, names: set[str]) -> Iterator[tuple[ast.Call, FunctionInfo | None, int]]:
+    """(call, the function it runs, the index of the parameter given one of `names`) for every
+    call of `fn`'s body handed one of them; the function is None where the call cannot be
+    resolved, or where it has no parameter of the keyword's name."""
+    for call, at in _handed_on(node, names):
+        target, offset = _callee(summaries, fn, call)
+        if target is None:
+            yield call, None, -1
+        elif isinstance(at, int):
+            yield call, target, at + offset
+        elif at in target.facts.params:
+            yield call, target, target.facts.params.index(at)
+        else:
+            yield call, None, -1
 
 
 def may_write(summaries: Summaries, fn: FunctionInfo, index: int, depth: int = 4) -> bool:
@@ -115,19 +123,10 @@ def _to_custom_op(summaries: Summaries, fn: FunctionInfo, index: int, depth: int
     if ident in visiting or node is None or index >= len(params) or depth < 0:
         return False
     visiting = visiting | {ident}
-    for call, at in _handed_on(node, _views_of(node, params[index])):
+    for call, target, pos in _handed_to(summaries, fn, node, _views_of(node, params[index])):
         if is_custom_op(call):
             return True
-        target, offset = _callee(summaries, fn, call)
-        if target is None:
-            continue
-        if isinstance(at, int):
-            pos = at + offset
-        elif at in target.facts.params:
-            pos = target.facts.params.index(at)
-        else:
-            continue
-        if _to_custom_op(summaries, target, pos, depth - 1, visiting):
+        if target is not None and _to_custom_op(summaries, target, pos, depth - 1, visiting):
             return True
     return False
 
@@ -155,7 +154,7 @@ def _base(expr: ast.AST) -> str | None:
     for _ in range(4):
         if isinstance(expr, ast.Subscript):
             expr = expr.value
-        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in ("view", "reshape", "flatten", "squeeze", "unsqueeze", "narrow", "select"):
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in VIEW_METHODS:
             expr = expr.func.value
         else:
             break

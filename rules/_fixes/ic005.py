@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 
 from invariant_check.analysis.facts import ref, walk_local
-from invariant_check.analysis.fields import bound_offset, callers, canonical, local_aliases
+from invariant_check.analysis.fields import call_argument, callers, canonical, local_aliases
 from invariant_check.analysis.objects import container_copy_of, copy_of
 from invariant_check.api.edits import (
     Editor,
@@ -213,7 +213,7 @@ def _rebuild_from_callers(ed: Editor, view, func: ast.AST, loop: ast.AST, anchor
     rebuild = _fresh(func, f"rebuild_{md.rsplit('.', 1)[-1]}")
     edits: list[Edit] = []
     for site in sites:
-        arg = _argument(site.call, fn, index)
+        arg = call_argument(site.call, fn, index)
         if arg is None:
             return None
         built = _build_for(ed, site, arg)
@@ -296,17 +296,6 @@ def _annotation(ed: Editor, view, func: ast.AST, md: str) -> tuple[str, list[Edi
     if edit is None:
         return "", []
     return f": Callable[[], {base}] | None", [edit]
-
-
-def _argument(call: ast.Call, fn, index: int) -> ast.AST | None:
-    params = fn.facts.params
-    pos = index - bound_offset(call.func, fn)
-    if 0 <= pos < len(call.args) and not any(isinstance(a, ast.Starred) for a in call.args[: pos + 1]):
-        return call.args[pos]
-    for kw in call.keywords:
-        if kw.arg == params[index]:
-            return kw.value
-    return None
 
 
 
