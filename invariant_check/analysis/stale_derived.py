@@ -405,7 +405,8 @@ class DraftStep:
         if not derived:
             return []
         known = _known(self.view, self.func, obj, self.aliases)
-        if class_of(self.view, obj, self.aliases) is None:
+        cls = class_of(self.view, obj, self.aliases)
+        if cls is None:
             # a helper's parameter (or a copy of one): what its callers pass (also the bases'
             # calls of the method this one overrides)
             source = copied_from(obj, self.aliases)
@@ -414,8 +415,8 @@ class DraftStep:
                     continue  # a value with no name there (`advance(self.make())`): nothing known of it
                 caller = FunctionView(self.view.ctx, site.caller.module, site.node, site.caller.qual)
                 known |= _known(caller, site.node, passed, caliases)
-        cls = class_of(self.view, obj, self.aliases)
-        declared = _declared(cls) | mentioned_fields(self.func, obj, self.aliases) if cls is not None else None
+        own = _declared(cls) if cls is not None else set()
+        declared = own | mentioned_fields(self.func, obj, self.aliases) if cls is not None else None
         exact = {d.field for d in self.derivations(write) if d.exact}
         # a memo is a cache of one class: it stales an object of that class (or a subclass),
         # or, where the object's class is unknown, one known to hold that very cache; a
@@ -436,7 +437,7 @@ class DraftStep:
                 continue  # the field was just filled from this one: they hold the same values
             if declared is not None and not (variants(d) & declared):
                 continue  # an attribute the class sets for itself (`self.x = ...`), not its data
-            if d in exact and declared is not None and not (variants(d) & _declared(cls)):
+            if d in exact and declared is not None and not (variants(d) & own):
                 continue
             if any(variants(d) & variants(o) for o in out):
                 continue  # a field and its backing store are one value: named once
