@@ -39,6 +39,53 @@ def test_parallel_saves_merge(tmp_path):
     assert {digest(a.read_bytes()), digest(b.read_bytes())} <= set(merged.files)
 
 
+def test_a_save_reads_the_disk_again_only_when_another_run_wrote_it(tmp_path, monkeypatch):
+    """The merge is for runs that wrote meanwhile: a cache file still as this run read it is
+    not read again (a one-file run spent a third of its cache time on that), one replaced
+    since is (the other run's entries survive)."""
+    import invariant_check.lint.cache as cache_mod
+
+    a = _old_file(tmp_path / "a.py", "a = 1\n")
+    b = _old_file(tmp_path / "b.py", "b = 2\n")
+    cache_dir = tmp_path / "cache"
+    seed = Cache(cache_dir, "k")
+    seed.load()
+    seed.put_facts("seed", {"chunk": {"x": 1}})
+    seed.put_scan_info("seed", ScanInfo(False, False, ()))
+    assert seed.save({"seed"}, {"seed"}) is None
+    reads: list[str] = []
+    real = cache_mod._read_json
+    monkeypatch.setattr(cache_mod, "_read_json", lambda path: (reads.append(path.name), real(path))[1])
+
+    alone = Cache(cache_dir, "k")
+    alone.load()
+    da = digest(a.read_bytes())
+    alone.put_scan_info(da, ScanInfo(False, False, ()))
+    alone.put_facts(da, {"chunk": {"y": 2}})
+    assert sorted(reads) == sorted(["k.json", seed.facts_file.name])  # the loads
+    assert alone.save({da, "seed"}, {da, "seed"}) is None
+    assert sorted(reads) == sorted(["k.json", seed.facts_file.name])  # nothing more
+
+    reads.clear()
+    late, other = Cache(cache_dir, "k"), Cache(cache_dir, "k")
+    late.load()
+    late.facts()
+    other.load()
+    db = digest(b.read_bytes())
+    other.put_scan_info(db, ScanInfo(False, False, ()))
+    other.put_facts(db, {"chunk": {"z": 3}})
+    assert other.save({da, db, "seed"}, {da, db, "seed"}) is None  # replaces both files
+    late.put_scan_info("late", ScanInfo(False, False, ()))
+    late.put_facts("late", {"chunk": {"w": 4}})
+    reads.clear()
+    assert late.save({da, db, "seed", "late"}, {da, db, "seed", "late"}) is None
+    assert sorted(reads) == sorted(["k.json", seed.facts_file.name])  # merged with the other's
+    merged = Cache(cache_dir, "k")
+    merged.load()
+    assert {da, db, "late"} <= set(merged.files)
+    assert {da, db, "late"} <= set(merged.facts())
+
+
 def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):
     for name in ("x", "y"):
         (tmp_path / name).mkdir()

@@ -112,9 +112,13 @@ class Cache:
         self.facts_dirty = False
         self.dirty = False
         self._now = time.time()
+        # what each file was on disk when read: at saving, one no other run has replaced since
+        # needs no merge (reading it again was a third of a one-file run's cache time)
+        self._seen: dict[Path, tuple | None] = {}
 
     # -- loading ------------------------------------------------------------------------------
     def load(self) -> None:
+        self._seen[self.file] = _identity(self.file)
         data = _read_json(self.file)
         if not (isinstance(data, dict) and data.get("format") == FORMAT):
             return
@@ -178,6 +182,7 @@ class Cache:
     # -- facts -------------------------------------------------------------------------------------
     def facts(self) -> dict[str, dict]:
         if self._facts is None:
+            self._seen[self.facts_file] = _identity(self.facts_file)
             data = _read_json(self.facts_file)
             self._facts = data if isinstance(data, dict) else {}
         return self._facts
@@ -198,7 +203,8 @@ class Cache:
             with _locked(self.directory / ".lock"):
                 if self.dirty:
                     disk = Cache(self.directory, self.file.stem)
-                    disk.load()
+                    if not self._unchanged(self.file):
+                        disk.load()
                     for name in ("files", "words"):
                         mine = getattr(self, name)
                         for d, entry in getattr(disk, name).items():
@@ -214,8 +220,9 @@ class Cache:
                         "format": FORMAT, "stat": self.stat, "files": self.files,
                         "results": self.results, "words": self.words,
                     })
+                    self._seen[self.file] = _identity(self.file)  # what it holds now is ours
                 if self.facts_dirty and self._facts is not None:
-                    disk_facts = _read_json(self.facts_file)
+                    disk_facts = None if self._unchanged(self.facts_file) else _read_json(self.facts_file)
                     if isinstance(disk_facts, dict):
                         for d, chunks in disk_facts.items():
                             if isinstance(chunks, dict):
@@ -228,9 +235,15 @@ class Cache:
                         keep = set(live_digests) | set(facts_used or ()) | {m[2] for m in self.stat.values()} | self._others_digests()
                         self._facts = {d: c for d, c in self._facts.items() if d in keep}
                     _write_json(self.directory, self.facts_file, self._facts)
+                    self._seen[self.facts_file] = _identity(self.facts_file)
         except OSError as exc:
             return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
         return None
+
+    def _unchanged(self, path: Path) -> bool:
+        """Whether `path` is still the file this cache read (no run wrote it since)."""
+        seen = self._seen.get(path)
+        return seen is not None and seen == _identity(path)
 
     def _others_digests(self) -> set[str]:
         """The file digests the stat memos of the other caches in this folder point to."""
@@ -256,6 +269,16 @@ class Cache:
         self.files = {d: e for d, e in self.files.items() if d in keep}
         self.results = {d: e for d, e in self.results.items() if d in keep}
         self.words = {d: e for d, e in self.words.items() if d in keep}
+
+
+def _identity(path: Path) -> tuple | None:
+    # every write replaces the file (a new inode); mtime, ctime and size on top, as git's
+    # index does, for file systems that reuse inode numbers at once
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
 
 
 def _read_json(path: Path) -> Any:
