@@ -42,11 +42,12 @@ def test_parallel_saves_merge(tmp_path):
 def test_a_save_reads_the_disk_again_only_when_another_run_wrote_it(tmp_path, monkeypatch):
     """The merge is for runs that wrote meanwhile: a cache file still as this run read it is
     not read again (a one-file run spent a third of its cache time on that), one replaced
-    since is (the other run's entries survive)."""
+    since is (the other run's entries survive). Facts are read per digest, when asked."""
     import invariant_check.lint.cache as cache_mod
 
     a = _old_file(tmp_path / "a.py", "a = 1\n")
     b = _old_file(tmp_path / "b.py", "b = 2\n")
+    da, db = digest(a.read_bytes()), digest(b.read_bytes())
     cache_dir = tmp_path / "cache"
     seed = Cache(cache_dir, "k")
     seed.load()
@@ -59,31 +60,31 @@ def test_a_save_reads_the_disk_again_only_when_another_run_wrote_it(tmp_path, mo
 
     alone = Cache(cache_dir, "k")
     alone.load()
-    da = digest(a.read_bytes())
     alone.put_scan_info(da, ScanInfo(False, False, ()))
     alone.put_facts(da, {"chunk": {"y": 2}})
-    assert sorted(reads) == sorted(["k.json", seed.facts_file.name])  # the loads
+    assert alone.facts().get("seed") == {"chunk": {"x": 1}}
+    assert reads == ["k.json", "seed.json"]  # the load, and the one digest asked about
     assert alone.save({da, "seed"}, {da, "seed"}) is None
-    assert sorted(reads) == sorted(["k.json", seed.facts_file.name])  # nothing more
+    assert reads == ["k.json", "seed.json"]  # nothing more
 
     reads.clear()
     late, other = Cache(cache_dir, "k"), Cache(cache_dir, "k")
     late.load()
-    late.facts()
+    assert late.facts().get(db) is None  # nothing yet
     other.load()
-    db = digest(b.read_bytes())
     other.put_scan_info(db, ScanInfo(False, False, ()))
     other.put_facts(db, {"chunk": {"z": 3}})
-    assert other.save({da, db, "seed"}, {da, db, "seed"}) is None  # replaces both files
+    assert other.save({da, db, "seed"}, {da, db, "seed"}) is None  # replaces the results file
     late.put_scan_info("late", ScanInfo(False, False, ()))
-    late.put_facts("late", {"chunk": {"w": 4}})
+    late.put_facts(db, {"other-chunk": {"w": 4}})
     reads.clear()
-    assert late.save({da, db, "seed", "late"}, {da, db, "seed", "late"}) is None
-    assert sorted(reads) == sorted(["k.json", seed.facts_file.name])  # merged with the other's
+    assert late.save({da, db, "seed", "late"}, {da, db, "seed"}) is None
+    assert sorted(reads) == sorted(["k.json", f"{db}.json"])  # merged with the other's
     merged = Cache(cache_dir, "k")
     merged.load()
     assert {da, db, "late"} <= set(merged.files)
-    assert {da, db, "late"} <= set(merged.facts())
+    assert {da, db, "seed"} == set(merged.facts())
+    assert merged.facts()[db] == {"chunk": {"z": 3}, "other-chunk": {"w": 4}}
 
 
 def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):
@@ -103,7 +104,7 @@ def test_cli_runs_on_parts_of_a_tree_keep_the_whole_cache(tmp_path):
 
 
 def test_facts_are_shared_by_caches_of_other_roots_and_kept_for_modules_read(tmp_path):
-    """Facts live in one file per code version, shared by the caches of every project root:
+    """Facts live in one folder per code version, shared by the caches of every project root:
     saving one cache keeps the facts that another cache's files, or this run's reads (a
     module outside the linted paths), still point to."""
     cache_dir = tmp_path / "cache"
@@ -123,12 +124,11 @@ def test_facts_are_shared_by_caches_of_other_roots_and_kept_for_modules_read(tmp
     one.put_facts(db, {"chunk": {"y": 2}})
     one.put_facts("outside", {"chunk": {"z": 3}})  # a module of the environment it read
     assert one.save({db}, {"outside"}) is None
-    facts = json.loads(one.facts_file.read_text())
-    assert set(facts) == {da, db, "outside"}
+    assert {f.stem for f in one.facts_folder.glob("*.json")} == {da, db, "outside"}
 
     # a later save that neither points to nor reads "outside" lets it go
     again = Cache(cache_dir, "one-file")
     again.load()
     again.put_facts(db, {"chunk": {"y": 2}})
     assert again.save({db}) is None
-    assert set(json.loads(again.facts_file.read_text())) == {da, db}
+    assert {f.stem for f in again.facts_folder.glob("*.json")} == {da, db}

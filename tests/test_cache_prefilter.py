@@ -161,23 +161,24 @@ def test_identical_files_keep_their_own_paths(tmp_path):
     assert warm["summary"]["files_parsed"] == 0
 
 
-def _cache_files(tree: Path) -> tuple[Path, Path]:
-    """(the results file, the facts file) of the tree's cache folder."""
-    files = sorted((tree / ".invariant-check-cache").glob("*.json"))
-    results = [f for f in files if not f.name.startswith("facts-")]
-    facts = [f for f in files if f.name.startswith("facts-")]
-    assert len(results) == 1 and len(facts) == 1, files
-    return results[0], facts[0]
+def _cache_files(tree: Path) -> tuple[Path, list[Path]]:
+    """(the results file, the facts files) of the tree's cache folder."""
+    folder = tree / ".invariant-check-cache"
+    results = sorted(folder.glob("*.json"))
+    facts = sorted(folder.glob("facts-*/*.json"))
+    assert len(results) == 1 and facts, sorted(folder.rglob("*"))
+    return results[0], facts
 
 
 def test_damaged_cache_is_ignored(tree):
     reference = lint(tree, "--select", RULE, "--no-cache")["findings"]
     lint(tree, "--select", RULE)
-    cache_file, facts_file = _cache_files(tree)
+    cache_file, facts_files = _cache_files(tree)
     for damage in ("{not json", "[]", '{"format": 4, "stat": [], "files": 3}',
                    '{"format": 4, "stat": {}, "files": {"x": 5}, "results": {"y": 3}, "words": {}}'):
         cache_file.write_text(damage)
-        facts_file.write_text(damage)
+        for facts_file in facts_files:
+            facts_file.write_text(damage)
         assert lint(tree, "--select", RULE)["findings"] == reference, damage
     # entries of the right outer shape but wrong inner shape
     data = json.loads(cache_file.read_text())
@@ -187,8 +188,8 @@ def test_damaged_cache_is_ignored(tree):
     for d in data["files"]:
         data["files"][d] = [1]
     cache_file.write_text(json.dumps(data))
-    facts = json.loads(facts_file.read_text())
-    facts_file.write_text(json.dumps({d: {"0:head": {"functions": 3}} for d in facts}))
+    for facts_file in facts_files:
+        facts_file.write_text(json.dumps({"0:head": {"functions": 3}}))
     assert lint(tree, "--select", RULE)["findings"] == reference
 
 

@@ -10,8 +10,10 @@ analysis layer (an edited rule never serves stale results). It holds:
 - `results`: digest -> shown path -> the analysis `Outcome`, with its dependencies;
 - `words`: digest -> word -> whether those bytes hold it (project-wide text questions).
 
-Facts of parsed definitions (`facts-<key>.json`, keyed by the analysis layer's source only)
-are read only when some file has to be analysed again.
+Facts of parsed definitions live in a folder keyed by the code only (`facts-<key>/`, shared by
+the caches of every project root and configuration), one file per file digest: a run that
+analyses one file again reads the facts of the modules it asks about and writes those it
+computed, not the whole tree's.
 """
 
 from __future__ import annotations
@@ -103,12 +105,12 @@ class Cache:
     def __init__(self, directory: Path, key: str) -> None:
         self.directory = Path(directory)
         self.file = self.directory / f"{key}.json"
-        self.facts_file = self.directory / f"facts-{code_fingerprint()}.json"
+        self.facts_folder = self.directory / f"facts-{code_fingerprint()}"
         self.stat: dict[str, list] = {}
         self.files: dict[str, Any] = {}
         self.results: dict[str, dict[str, Any]] = {}
         self.words: dict[str, dict[str, bool]] = {}
-        self._facts: dict[str, dict] | None = None
+        self._facts: FactsStore | None = None
         self.facts_dirty = False
         self.dirty = False
         self._now = time.time()
@@ -180,11 +182,9 @@ class Cache:
         self.dirty = True
 
     # -- facts -------------------------------------------------------------------------------------
-    def facts(self) -> dict[str, dict]:
+    def facts(self) -> FactsStore:
         if self._facts is None:
-            self._seen[self.facts_file] = _identity(self.facts_file)
-            data = _read_json(self.facts_file)
-            self._facts = data if isinstance(data, dict) else {}
+            self._facts = FactsStore(self.facts_folder)
         return self._facts
 
     def put_facts(self, file_digest: str, chunks: dict) -> None:
@@ -200,6 +200,7 @@ class Cache:
             return None
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            _ignored(self.directory)
             with _locked(self.directory / ".lock"):
                 if self.dirty:
                     disk = Cache(self.directory, self.file.stem)
@@ -222,20 +223,13 @@ class Cache:
                     })
                     self._seen[self.file] = _identity(self.file)  # what it holds now is ours
                 if self.facts_dirty and self._facts is not None:
-                    disk_facts = None if self._unchanged(self.facts_file) else _read_json(self.facts_file)
-                    if isinstance(disk_facts, dict):
-                        for d, chunks in disk_facts.items():
-                            if isinstance(chunks, dict):
-                                merged = dict(chunks)
-                                merged.update(self._facts.get(d, {}))
-                                self._facts[d] = merged
+                    self._facts.save()
                     if live_digests is not None:
                         # facts are shared by every cache of this code (one per project root
                         # and configuration): keep what any of them still points to
                         keep = set(live_digests) | set(facts_used or ()) | {m[2] for m in self.stat.values()} | self._others_digests()
-                        self._facts = {d: c for d, c in self._facts.items() if d in keep}
-                    _write_json(self.directory, self.facts_file, self._facts)
-                    self._seen[self.facts_file] = _identity(self.facts_file)
+                        self._facts.prune(keep)
+                    self.facts_dirty = False
         except OSError as exc:
             return f"{self.directory}: cannot write cache: {exc.strerror or exc}"
         return None
@@ -271,6 +265,92 @@ class Cache:
         self.words = {d: e for d, e in self.words.items() if d in keep}
 
 
+class FactsStore:
+    """The facts of each file digest, read from its own file when first asked (None when it
+    has none, or a damaged one) and written back at saving when this run computed them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._got: dict[str, dict | None] = {}
+        self._seen: dict[str, tuple | None] = {}
+        self._new: set[str] = set()
+
+    def _path(self, d: str) -> Path | None:
+        # digests are hex; anything else (a damaged entry's key) has no file
+        return self.folder / f"{d}.json" if d and all(c.isalnum() or c in "-_" for c in d) else None
+
+    def get(self, d: str, default: Any = None) -> Any:
+        if d not in self._got:
+            path = self._path(d)
+            data = None
+            if path is not None:
+                self._seen[d] = _identity(path)
+                data = _read_json(path) if self._seen[d] is not None else None
+            self._got[d] = data if isinstance(data, dict) else None
+        got = self._got[d]
+        return default if got is None else got
+
+    def __contains__(self, d: object) -> bool:
+        return isinstance(d, str) and self.get(d) is not None
+
+    def __getitem__(self, d: str) -> dict:
+        got = self.get(d)
+        if got is None:
+            raise KeyError(d)
+        return got
+
+    def __setitem__(self, d: str, chunks: dict) -> None:
+        self._got[d] = chunks
+        self._new.add(d)
+
+    def pop(self, d: str, default: Any = None) -> Any:
+        """Forget what this run holds of `d` (an old buffer version): it is not written."""
+        self._new.discard(d)
+        got = self._got.pop(d, None)
+        return default if got is None else got
+
+    def __iter__(self):
+        on_disk = {p.stem for p in self.folder.glob("*.json")} if self.folder.is_dir() else set()
+        return iter(sorted(on_disk | {d for d, v in self._got.items() if v is not None}))
+
+    def save(self) -> None:
+        """Write the facts this run computed, each merged with what another run wrote to the
+        same digest since it was read."""
+        if not self._new:
+            return
+        self.folder.mkdir(parents=True, exist_ok=True)
+        for d in sorted(self._new):
+            path = self._path(d)
+            mine = self._got.get(d)
+            if path is None or mine is None:
+                continue
+            now = _identity(path)
+            if now is not None and self._seen.get(d, "unread") != now:
+                disk = _read_json(path)
+                if isinstance(disk, dict):
+                    mine = {**disk, **mine}
+                    self._got[d] = mine
+            fd, tmp = tempfile.mkstemp(dir=self.folder, suffix=".tmp")
+            try:
+                with os.fdopen(fd, "w") as fh:
+                    fh.write(json.dumps(mine, separators=(",", ":")))
+                os.replace(tmp, path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+            self._seen[d] = _identity(path)
+        self._new.clear()
+
+    def prune(self, keep: set[str]) -> None:
+        """Remove the facts of digests nothing points to any more (the tree's old versions)."""
+        for path in self.folder.glob("*.json"):
+            if path.stem not in keep:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+                self._got.pop(path.stem, None)
+
+
 def _identity(path: Path) -> tuple | None:
     # every write replaces the file (a new inode); mtime, ctime and size on top, as git's
     # index does, for file systems that reuse inode numbers at once
@@ -289,10 +369,14 @@ def _read_json(path: Path) -> Any:
         return None
 
 
-def _write_json(directory: Path, target: Path, payload: Any) -> None:
+def _ignored(directory: Path) -> None:
     gitignore = directory / ".gitignore"
     if not gitignore.exists():
         gitignore.write_text("# created by invariant-check\n*\n")
+
+
+def _write_json(directory: Path, target: Path, payload: Any) -> None:
+    _ignored(directory)
     fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
     try:
         # json.dumps, not json.dump: only the former uses the C encoder
