@@ -126,7 +126,15 @@ class SkipTopkWithoutCompaction(Rule):
 
     Inside a loop that runs the forward, a path that reaches the start of the function without
     any forward does not count (the switch then precedes step 0 in that iteration), and the
-    previous iteration's forward is reached over the back edge.
+    previous iteration's forward is reached over the back edge. A switch under `step == K` (or
+    `not step`) in `for step in range(...)` is followed through the rest of step K and then
+    through step K + 1 with the counter known: `if step == 1: compact(...)` at the top of the
+    loop runs before step 1's forward, `if step == 2:` does not.
+
+    The switch's own function is judged for what every call of it the source shows passes:
+    a helper `enter_reuse(model, rows=None)` that compacts under `if rows is not None:` is
+    fine when each caller passes rows (a name, an attribute), and a finding when one leaves
+    the `None` default. Parameters the function binds anew are not assumed.
 
     When a path reaches the start (or the end) of the function holding the switch, the window
     goes on in its callers: the methods of the class and of its base classes that call it
@@ -184,7 +192,8 @@ class SkipTopkWithoutCompaction(Rule):
     sampled rows by their vLLM names (`token_indices_to_sample`, `last_token_indices`, a name
     holding `token_indices`) bound before the switch. No fix when neither is in scope, when the
     switch shares its line or statement with other code, when the misplaced compaction is not a
-    statement of its own in this function, or when a helper compacts on some paths only.
+    statement of its own in this function or is the only statement of its block (`if k == 2:`
+    would be left empty), or when a helper compacts on some paths only.
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -798,6 +807,36 @@ def propose(self, token_indices_to_sample):
         hidden = self.model(**self.inputs)
 """
         ),
+        # The switch lives in a helper that compacts when it is given rows, and every call of
+        # it the project shows passes the sampled rows.
+        Valid(
+            """
+def begin_shared_indices(head, rows=None):
+    head.set_skip_topk(True)
+    if rows is not None:
+        head.compact_topk_indices(rows)
+
+class Drafter:
+    def propose(self, inputs, token_indices_to_sample):
+        hidden = self.model(**inputs)
+        begin_shared_indices(self.model.model, rows=token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**inputs)
+"""
+        ),
+        # One loop for every step: the switch after step 0's forward, the compaction at the
+        # top of step 1, before that step's forward.
+        Valid(
+            """
+def propose(self, inputs, token_indices_to_sample):
+    for k in range(self.num_steps):
+        if k == 1:
+            self.model.model.compact_topk_indices(token_indices_to_sample)
+        hidden = self.model(**inputs)
+        if k == 0:
+            self.model.model.set_skip_topk(True)
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1249,6 +1288,37 @@ class Drafter:
             hidden = self._step(inputs, keep_rows=token_indices_to_sample if i == 0 else None)
 """,
             line=10,
+        ),
+        # The helper compacts only when given rows; its one caller gives none.
+        Invalid(
+            """
+def begin_shared_indices(head, rows=None):
+    head.set_skip_topk(True)
+    if rows is not None:
+        head.compact_topk_indices(rows)
+
+class Drafter:
+    def propose(self, inputs, token_indices_to_sample):
+        hidden = self.model(**inputs)
+        begin_shared_indices(self.model.model)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**inputs)
+""",
+            line=2,
+        ),
+        # One loop for every step, but the compaction waits for step 2: step 1 reads the
+        # per-token rows.
+        Invalid(
+            """
+def propose(self, inputs, token_indices_to_sample):
+    for k in range(self.num_steps):
+        if k == 2:
+            self.model.model.compact_topk_indices(token_indices_to_sample)
+        hidden = self.model(**inputs)
+        if k == 0:
+            self.model.model.set_skip_topk(True)
+""",
+            line=7,
         ),
     ]
 

@@ -91,7 +91,9 @@ class DraftMetadataNotRefreshed(Rule):
       that passes that parameter on to one (`self._generate_draft(n, attn_metadata)`).
       Metadata is a name matching `metadata-names`.
     - A refresh is a new binding of the name (`attn_metadata = build(...)`), a store into it
-      (`per_layer_attn_metadata[layer] = md`), `update`/`setdefault` on it, a call named in
+      (`per_layer_attn_metadata[layer] = md`: not when `md` is the object the metadata
+      already held and the step never binds it anew, as when the step's own build went to
+      another name), `update`/`setdefault` on it, a call named in
       `refresh-calls` that receives it (`builder.update_draft_decode_metadata(attn_metadata)`),
       a call of a project function that passes it to one or stores into it
       (`self._update_draft_decode_metadata(attn_metadata, num_reqs)`), a method of the
@@ -439,6 +441,21 @@ def draft(self, num_tokens, attn_metadata):
         self.input_buffers.positions[: self.num_reqs] += 1
 """
         ),
+        # The step's own build stored under every layer.
+        Valid(
+            """
+def draft(self, common, positions):
+    md = self.builder.build_for_drafting(common, draft_index=0)
+    per_layer_md = {name: md for name in self.layer_names}
+    for k in range(1, self.num_steps):
+        with set_forward_context(per_layer_md, self.vllm_config):
+            self.model(positions=positions)
+        positions += 1
+        fresh = self.builder.build_for_drafting(common, draft_index=k)
+        for name in self.layer_names:
+            per_layer_md[name] = fresh
+"""
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
@@ -672,6 +689,22 @@ def draft(self, per_layer_attn_metadata, positions):
         self.model(positions, attn_metadata=per_layer_attn_metadata)
 """,
             line=2,
+        ),
+        # The step builds new metadata, but the layer dict gets the step-0 object back.
+        Invalid(
+            """
+def draft(self, common, positions):
+    md = self.builder.build_for_drafting(common, draft_index=0)
+    per_layer_md = {name: md for name in self.layer_names}
+    for k in range(1, self.num_steps):
+        with set_forward_context(per_layer_md, self.vllm_config):
+            self.model(positions=positions)
+        positions += 1
+        fresh = self.builder.build_for_drafting(common, draft_index=k)
+        for name in self.layer_names:
+            per_layer_md[name] = md
+""",
+            line=4,
         ),
     ]
 

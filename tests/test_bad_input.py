@@ -514,3 +514,36 @@ def test_a_rule_that_raises_in_one_file_does_not_silence_the_others(tmp_path):
     (error,) = result.errors
     assert (error.path, error.line, error.column, error.rule) == ("m.py", 4, 5, "IC992")
     assert error.message == "internal error in IC992 (crashing) checking `Predictor.set_skip_topk`: KeyError: 'no such thing'"
+
+
+def test_a_broken_configuration_elsewhere_in_the_root_does_not_fail_a_project_wide_search(tmp_path):
+    """A project-wide question (the callers of a helper, found by a word search over the
+    project's files) walks the whole root; a nested project whose `pyproject.toml` is broken
+    holds none of this project's files, and must not turn the search into an internal error."""
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "reuse.py").write_text(textwrap.dedent("""\
+        def begin_shared_indices(head, rows=None):
+            head.set_skip_topk(True)
+            if rows is not None:
+                head.compact_topk_indices(rows)
+        """))
+    (tmp_path / "pkg" / "drafter.py").write_text(textwrap.dedent("""\
+        from pkg.reuse import begin_shared_indices
+
+        class Drafter:
+            def propose(self, inputs, token_indices_to_sample):
+                hidden = self.model(**inputs)
+                begin_shared_indices(self.model.model)
+                for _ in range(self.num_steps - 1):
+                    hidden = self.model(**inputs)
+        """))
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "pyproject.toml").write_text('[tool.invariant-check]\nextend-select = ["IC992"]\n')
+    (tmp_path / "other" / "m.py").write_text("x = 1\n")
+    run = run_cli("lint", "--select", "IC002", "--format", "json", "--no-cache", "pkg", cwd=tmp_path)
+    assert_no_traceback(run)
+    doc = json.loads(run.out)
+    assert doc["errors"] == []
+    assert [(f["rule"], f["path"], f["line"]) for f in doc["findings"]] == [("IC002", "pkg/reuse.py", 2)]
+    assert run.code == 1

@@ -214,7 +214,9 @@ class MetadataSteps:
         if node.kind == "store" and canonical(node.name, self.aliases) in links:
             # `md[layer] = ...`, `self.md = ...`, through an alias of the dict; a local that
             # took `self.md` before does not see `self.md` bound anew
-            return not (md in self.snapshots and isinstance(self.flow.targets.get(n), ast.Attribute))
+            if md in self.snapshots and isinstance(self.flow.targets.get(n), ast.Attribute):
+                return False
+            return not self._stores_what_it_held(n, links)
         if node.kind in ("store", "call") and any(
             w.obj in links and w.kind == "set" for w in writes_at(self.flow, n, self.aliases)
         ):
@@ -251,6 +253,26 @@ class MetadataSteps:
         if own_method:
             return any(a == attr and not (md in self.snapshots and op == "=") for a, op, _d in self.summaries.fields_written(fn, 0))
         return False
+
+    def _stores_what_it_held(self, n: int, links: set[str]) -> bool:
+        """Whether store event `n` puts back an object the metadata already held, one the
+        loop never binds anew (`per_layer[name] = attn_metadata`, the step-0 build, while the
+        step's own build went to another name): the entries are the stale ones."""
+        stmt = self.flow.nodes[n].node
+        if not isinstance(stmt, (ast.Assign, ast.AnnAssign)) or stmt.value is None:
+            return False
+        spelled = ref(stmt.value)
+        if spelled is None:
+            return False
+        spelled = canonical(spelled, self.aliases) or spelled
+        loops = self.flow.loops_of(n)
+        if spelled not in links or not loops:
+            return False
+        nodes = self.flow.nodes
+        # bound anew anywhere in the step: the outermost loop (a store loop over the layers
+        # sits inside it)
+        renewed = {nodes[i].name for i in loops[0].members if nodes[i].kind in ("bind", "store") and i != n}
+        return spelled not in renewed and spelled.split(".", 1)[0] not in renewed
 
     # -- paths ------------------------------------------------------------------------------------
     def stale_uses(self, md: str) -> Iterator[tuple[Loop, int, int]]:

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 
 from .facts import call_fact, last_name, literal_kind, ref, returned_def, walk_local
 from .fields import FieldFlow
-from .flow import ENTRY, EXIT, Flow
+from .flow import ENTRY, EXIT, Flow, atom_source
 from .needs import Names, Words
 from .objects import partials, through_partial
 from .project import ClassInfo, FunctionInfo
@@ -378,7 +378,7 @@ class Window:
         view, flow = self.view, self.flow
         fn = view.info
         aliases = dotted_aliases(view.node)
-        known = {**flow.known_at(idx, fixed=True), **self.assumed}
+        known = {**self._from_callers(), **flow.known_at(idx, fixed=True), **self.assumed}
         self._known = self._flow_known[id(flow)] = known
         if self._switch_compacts(fn):
             return Verdict(ok=True)
@@ -391,7 +391,10 @@ class Window:
         partial: set[int] = set()
         for forward in (False, True):
             stop = self._stopper(aliases, fn, self.owner, flow, forward, idx)
-            paths = flow.search(idx, forward, stop, known, self._assume)
+            if forward:
+                paths = self._search_on(idx, stop, known)
+            else:
+                paths = flow.search(idx, forward, stop, known, self._assume)
             uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
             ends = paths.get("end", [])
             hits = paths.get("hit", []) + ([] if forward else paths.get("mixed", []))
@@ -427,6 +430,57 @@ class Window:
                 return verdict
         verdict.partial = [f"line {flow.nodes[i].node.lineno}" for i in sorted(partial)]
         return verdict
+
+    def _search_on(self, idx: int, stop, known: dict[str, bool]) -> dict[str, list[list[int]]]:
+        """The paths after the switch. A switch under `step == K` in `for step in range(...)`
+        is followed through the rest of step K, then through step K + 1 with the counter
+        known (`if step == 1: compact(...)` at the top of the loop runs before that step's
+        forward), then on with the counter unknown."""
+        flow = self.flow
+        counted = loop_counter_at(flow, idx)
+        if counted is None:
+            return flow.search(idx, True, stop, known, self._assume)
+        loop, counter, value = counted
+        out: dict[str, list[list[int]]] = {}
+        starts = [idx]
+        for phase in (value, value + 1, None):
+            def assume(atom, v=phase):
+                got = counter_test(atom[0], counter, v, known) if v is not None else None
+                return got if got is not None else self._assume(atom)
+
+            def bounded(node, last=phase is None):
+                return "wrap" if node.index == loop.head and not last else stop(node)
+
+            wrapped = False
+            for start in starts:
+                found = flow.search(start, True, bounded, known, assume)
+                wrapped = wrapped or bool(found.pop("wrap", None))
+                for verdict, paths in found.items():
+                    out.setdefault(verdict, []).extend(paths)
+            if not wrapped:
+                break
+            starts = [loop.head]
+        return out
+
+    def _from_callers(self) -> dict[str, bool]:
+        """What every call of the switch's function the source shows tells of its
+        parameters (`enter_reuse(model, keep_rows=rows)`: `keep_rows is not None`), for those
+        the function never binds anew; nothing when no call is shown or they disagree."""
+        view, fn = self.view, self.view.info
+        node = view.node
+        if fn is None or not getattr(node, "args", None) or not fn.facts.params:
+            return {}
+        rebound = self.flow.assigned
+        method = fn.facts.cls is not None
+        agreed: dict[str, bool] | None = None
+        for _caller, _node, call in caller_sites(fn, view.owner(), view):
+            told = bind_params(node, call, {}, skip_self=method)
+            agreed = told if agreed is None else {a: v for a, v in agreed.items() if told.get(a) == v}
+            if not agreed:
+                return {}
+        if not agreed:
+            return {}
+        return {a: v for a, v in agreed.items() if a.split(" ", 1)[0] not in rebound}
 
     def _stopper(self, aliases, fn, self_cls, flow: Flow, forward: bool, start: int):
         def stop(node):
@@ -619,6 +673,103 @@ def bound_switches(view: FunctionView, query: SwitchQuery, holds_buffer: Callabl
 
 
 # -- helpers ------------------------------------------------------------------------------------
+
+
+def loop_counter_at(flow: Flow, idx: int):
+    """(loop, counter, K) when node `idx` runs only in step K of the innermost loop around
+    it, a `for <counter> in range(...)` counting by one (`if step == 0:`, `if not step:`)."""
+    loops = flow.loops_of(idx)
+    if not loops:
+        return None
+    loop = loops[-1]
+    node = loop.node
+    if not (isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name)):
+        return None
+    it = node.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
+        return None
+    if len(it.args) == 3 and not (isinstance(it.args[2], ast.Constant) and it.args[2].value == 1):
+        return None
+    counter = node.target.id
+    if counter in _assigned_in(node):
+        return None  # rebound in the body: not the step number
+    for source, polarity in flow.nodes[idx].conds:
+        if source == counter and polarity is False:
+            return loop, counter, 0
+        if polarity:
+            try:
+                test = ast.parse(source, mode="eval").body
+            except SyntaxError:
+                continue
+            if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+                left, right = test.left, test.comparators[0]
+                if isinstance(right, ast.Name):
+                    left, right = right, left
+                if isinstance(left, ast.Name) and left.id == counter and isinstance(right, ast.Constant) \
+                        and type(right.value) is int:
+                    return loop, counter, right.value
+    return None
+
+
+def _assigned_in(loop: ast.AST) -> set[str]:
+    out = set()
+    for stmt in loop.body:
+        for sub in walk_local(stmt):
+            if isinstance(sub, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [getattr(sub, "target", None)]
+                out.update(t.id for t in targets if isinstance(t, ast.Name))
+    return out
+
+
+_COMPARE = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
+            ast.LtE: lambda a, b: a <= b, ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b}
+
+
+def counter_atom(source: str, counter: str, value: int) -> bool | None:
+    """The truth of a condition atom when the loop counter holds `value` (`step == 1`,
+    `step > 0`, `0 < step`, `step`), None when the atom is not about the counter alone."""
+    if source == counter:
+        return value != 0
+    if counter not in source:
+        return None
+    try:
+        test = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and type(test.ops[0]) in _COMPARE):
+        return None
+    left, right, op = test.left, test.comparators[0], _COMPARE[type(test.ops[0])]
+    if isinstance(left, ast.Name) and left.id == counter and isinstance(right, ast.Constant) and type(right.value) is int:
+        return op(value, right.value)
+    if isinstance(right, ast.Name) and right.id == counter and isinstance(left, ast.Constant) and type(left.value) is int:
+        return op(left.value, value)
+    return None
+
+
+def counter_test(source: str, counter: str, value: int, known: dict[str, bool]) -> bool | None:
+    """The truth of a branch test when the loop counter holds `value` and the atoms of
+    `known` hold (`step == 1 and self.share`), None when that does not decide it."""
+    if counter not in source:
+        return None
+    try:
+        test = ast.parse(source, mode="eval").body
+    except SyntaxError:
+        return None
+
+    def truth(node: ast.AST) -> bool | None:
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            inner = truth(node.operand)
+            return None if inner is None else not inner
+        if isinstance(node, ast.BoolOp):
+            parts = [truth(v) for v in node.values]
+            if isinstance(node.op, ast.And):
+                return False if False in parts else (True if all(p is True for p in parts) else None)
+            return True if True in parts else (False if all(p is False for p in parts) else None)
+        text = atom_source(node)
+        got = counter_atom(text, counter, value)
+        return got if got is not None else known.get(text)
+
+    return truth(test)
 
 
 def calls_in(node: ast.AST) -> Iterator[ast.Call]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..settings.config import Config, has_table, load_config
+from ..settings.config import Config, ConfigError, has_table, load_config
 from ..globs import PathGlobs
 from ..settings.options import LintOptions, Selection  # noqa: F401  (Selection: for library callers)
 from ..api.types import FileError, Finding
@@ -253,8 +253,16 @@ def _listing(project: Project, index: ProjectIndex, options: LintOptions, cli_ex
     again."""
     from .discovery import discover
 
+    def scope_for(folder: str) -> Project:
+        try:
+            return index.for_folder(folder)
+        except ConfigError:
+            # another project's configuration, broken: its files are not this project's (the
+            # run reports it where it lints them), and a word search must not fail on it
+            return Project.of(load_config(None, fallback_root=Path(folder)))
+
     def listing():
-        found = discover([str(project.config.root)], scope_for=index.for_folder, exclude=cli_exclude,
+        found = discover([str(project.config.root)], scope_for=scope_for, exclude=cli_exclude,
                          respect_gitignore=options.respect_gitignore, cwd=options.cwd, known=known)
         return [p for p, scope in found.files if scope is project]
 
