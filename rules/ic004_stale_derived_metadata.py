@@ -50,6 +50,24 @@ class CommonAttentionMetadata:
 """
 
 
+# A metadata class of a backend no release has: its factory derives the maximum from the
+# context lengths, which IC004 learns where the class is defined.
+_PAGED_METADATA = """
+from dataclasses import dataclass
+
+
+@dataclass
+class PagedDecodeMeta:
+    ctx_lens: "torch.Tensor"
+    max_ctx_len: int
+    num_seqs: int
+
+    @classmethod
+    def of(cls, ctx_lens):
+        return cls(ctx_lens=ctx_lens, max_ctx_len=int(ctx_lens.max()), num_seqs=ctx_lens.shape[0])
+"""
+
+
 _LAYOUT_METADATA = """
 from dataclasses import dataclass
 
@@ -93,14 +111,21 @@ class StaleDerivedMetadata(Rule):
       functions (`seq_lens_cpu_upper_bound += 1` with `seq_lens`).
     These are kept as bounds by the code that maintains them: they go stale when their
     source advances, not when it shrinks. Evidence counts in the family's classes only: a
-    class that holds a batch's token layout (a field spelled like a sequence, context or KV
-    length, `query_start_loc`, `query_lens`, `positions`, `slot_mapping`, `block_table`),
-    and, except for memos, a value computed from one of those fields (a model's head count
-    a constructor computes from its hidden size is not attention metadata). The table starts from what
-    `scripts/gen_derivations.py` learned from vLLM 0.13.0-0.33.0 and SGLang 0.5.23 (shipped
-    with invariant-check), adds the memos and derivations of the object's own class (from the
-    project, the environment or the bundled models) and the configuration's
-    `derived-fields`.
+    class that holds a batch's token layout (a field spelled like a sequence, context, KV-cache,
+    history or prefix length in any spelling (`kv_lens`, `ctx_lens`, `cache_lens`,
+    `history_lengths`), `query_start_loc`, `query_lens`, `positions`, `slot_mapping`,
+    `block_table`), and, except for memos, a value computed from one of those fields (a model's
+    head count a constructor computes from its hidden size is not attention metadata; a value
+    read from a length's shape, `batch_size=seq_lens.shape[0]`, is not derived from its
+    values). The table starts from what `scripts/gen_derivations.py` learned from vLLM
+    0.13.0-0.33.0 and SGLang 0.5.23 (shipped with invariant-check), and adds, for the object's
+    own class and its bases (from the project, the environment or the bundled models): their
+    memos, what their methods set from other fields (`__post_init__`), their own factories
+    (`cls(ctx_lens=l, max_ctx_len=int(l.max()))` in a classmethod, `replace(self, ...)`), the
+    constructors of the module that defines each and of the module where the step is; then the
+    configuration's `derived-fields`. So a backend's new metadata class needs no
+    configuration: a step that advances a length no release names (`md.kv_lens += 1`) is
+    judged by what the class derives from it.
 
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
     `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, or through one
@@ -683,6 +708,20 @@ def next_step(state):
     state.model_input.attn_metadata._computed_cache = None
 """},
         ),
+        # The backend's own lengths advanced with the maximum its factory derives from them;
+        # the number of sequences, read from their shape, does not change with their values.
+        Valid(
+            """
+from .paged import PagedDecodeMeta
+
+def draft(self, md: PagedDecodeMeta, k: int):
+    for _ in range(k):
+        self.model(md)
+        md.ctx_lens += 1
+        md.max_ctx_len += 1
+""",
+            files={"paged.py": _PAGED_METADATA},
+        ),
     ]
     INVALID = [
         # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
@@ -1131,6 +1170,20 @@ def build_groups(self, groups, seq_lens, query_start_loc):
             line=11,
             message_contains="`_computed_cache`",
             files={"metadata.py": _LAYOUT_METADATA},
+        ),
+        # A backend's own metadata class, named by no release: its factory (in the class's
+        # module) derives `max_ctx_len` from `ctx_lens`, and the step moves only the lengths.
+        Invalid(
+            """
+from .paged import PagedDecodeMeta
+
+def draft(self, md: PagedDecodeMeta, k: int):
+    for _ in range(k):
+        self.model(md)
+        md.ctx_lens += 1
+""",
+            line=6,
+            files={"paged.py": _PAGED_METADATA},
         ),
     ]
 

@@ -561,6 +561,27 @@ def propose(self, cad):
 """,
             line=4,
         ),
+        # The helper of another module advances the rows of the shared buffers in place, once
+        # per builder.
+        Invalid(
+            """
+from .inputs import step_rows
+
+def steps(self, common, num_reqs):
+    for step in range(1, self.num_steps):
+        md = {}
+        for gid, builder in enumerate(self.builders):
+            step_rows(self.input_batch, num_reqs)
+            md[gid] = builder.build_for_drafting(common, step)
+        self.run_model(md)
+""",
+            line=7,
+            files={"inputs.py": """
+def step_rows(batch, n):
+    batch.positions[:n].add_(1)
+    batch.seq_lens[:n].add_(1)
+"""},
+        ),
     ]
 
     @classmethod

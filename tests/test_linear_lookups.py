@@ -228,3 +228,22 @@ def test_callers_found_while_linting_another_file_keep_what_they_read(tmp_path):
     assert sorted(f["path"] for f in fresh["findings"]) == ["pkg/a.py", "pkg/d.py"]
     assert all("`go`" in f["message"] for f in fresh["findings"])
     assert cached["findings"] == fresh["findings"]
+
+
+def test_a_literal_screen_with_a_common_part_answers_as_the_plain_question():
+    """`AnyLiteral` first looks for the part every literal holds (`_len` of `kv_len`,
+    `ctx_len`, ...); its answer must be `any(lit in data)` on every text."""
+    import random
+
+    from invariant_check.analysis.needs import AnyLiteral
+
+    lits = [b"kv_len", b"ctx_len", b"cache_len", b"history_len"]
+    screen = AnyLiteral(lits)
+    assert screen._common == b"_len"
+    rng = random.Random(7)
+    alphabet = b"kvctxcahehistoryln_ ."
+    for _ in range(3000):
+        data = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        assert screen(data) == any(lit in data for lit in lits), data
+    for data in (b"md.kv_lens += 1", b"x_len = 3", b"ctx_le", b"history_len"):
+        assert screen(data) == any(lit in data for lit in lits), data

@@ -35,20 +35,45 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..globs import name_matcher
 from .facts import child_nodes, last_name, ref, walk_local
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
 
 # The family's classes: those that hold a batch's token layout, the state every draft step
-# moves (sequence or context lengths in any spelling, query offsets, positions, slots, block
-# tables). What is derived from those fields is learned; a class without any (a tool call, a
-# config, a counter) keeps no attention metadata, however its constructors compute keywords.
-_LAYOUT = re.compile(r"seq(?:uence)?_?len|context_len|kv_len|query_start_loc|query_lens|(?:^|_)positions$|slot_mapping|block_tables?$")
+# moves (sequence, context, KV-cache, history or prefix lengths in any spelling, query
+# offsets, positions, slots, block tables). What is derived from those fields is learned; a
+# class without any (a tool call, a config, a counter) keeps no attention metadata, however
+# its constructors compute keywords. Globs, so that the prefilter's literals and patterns are
+# derived from the same list (`stale_derived.increment_need`).
+_LENGTHS = ("seq", "sequence", "context", "ctx", "kv", "cache", "history", "prefix")
+LAYOUT_GLOBS: tuple[str, ...] = (
+    *(f"*{w}{sep}len*" for w in _LENGTHS for sep in ("_", "")),
+    "*query_start_loc*", "*query_lens*", "positions", "*_positions", "*slot_mapping*", "*block_table", "*block_tables",
+)
+_LAYOUT_MATCH = name_matcher(LAYOUT_GLOBS, case_sensitive=True)
+# The lengths of the layout no release names (the releases' `seq_lens`, `query_start_loc`,
+# `positions`, ... are in the learned table by name): a draft step that moves one is judged
+# by what the object's class derives from it, learned where the class is read.
+STEP_GLOBS: tuple[str, ...] = tuple(f"*{w}_len*" for w in _LENGTHS if w != "seq")
+_STEP_MATCH = name_matcher(STEP_GLOBS, case_sensitive=True)
+
+
+def layout_field(name: str) -> bool:
+    """Whether a field is one of a batch's token layout (`LAYOUT_GLOBS`)."""
+    return _LAYOUT_MATCH(name)
+
+
+def step_field(name: str) -> bool:
+    """Whether a field is a length of the layout by its spelling (`STEP_GLOBS`: `kv_lens`,
+    `context_lens`, `ctx_lens`, `cache_lens`, `history_lengths`, ...): a step that moves it may leave what a
+    class derives from it behind, whatever the class calls the derived field."""
+    return _STEP_MATCH(name)
 
 
 def holds_layout(fields: Iterable[str]) -> bool:
-    """Whether a class with these data fields is one of the family's (see `_LAYOUT`)."""
-    return any(_LAYOUT.search(f) for f in fields)
+    """Whether a class with these data fields is one of the family's (see `LAYOUT_GLOBS`)."""
+    return any(layout_field(f) for f in fields)
 
 
 def in_family(d: "Derivation") -> bool:
@@ -207,12 +232,32 @@ def _memos_of(info) -> list[Derivation]:
                 # attribute some service object caches for itself
                 out.extend(d for d in method_memos(node, fields, where, cls.name) if d.field in declared)
                 me = node.args.args[0].arg if node.args.args else None
+                values = None
                 for sub in walk_local(node):
                     if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and me is not None and ref(getattr(sub.targets[0], "value", None)) == me:
                         for d in _assigned_derivation(sub, where, f"{cls.name}.{name}"):
                             if d.field in fields and set(d.sources) & fields and in_family(d):
                                 out.append(d)
+                    elif isinstance(sub, ast.Call) and len(sub.keywords) >= 2 and _makes_own(sub, cls.name, me):
+                        # the class's own factory (`cls(kv_lens=l, max_kv_len=int(l.max()))`,
+                        # `replace(self, ...)`): what it computes is the class's derivation
+                        values = _single_bindings(node) if values is None else values
+                        for d in _keyword_derivations(sub, values, where, f"{cls.name}.{name}"):
+                            if d.field in fields and in_family(d):
+                                out.append(Derivation(d.field, d.sources, d.kind, d.where, d.how, cls.name, d.function))
     return out
+
+
+def _makes_own(call: ast.Call, name: str, me: str | None) -> bool:
+    """A call in a method of class `name` that makes an object of it: `cls(...)`,
+    `Name(...)`, `type(self)(...)`, `replace(self, ...)`."""
+    func = call.func
+    if isinstance(func, ast.Call) and last_name(func.func) == "type":
+        return True
+    spelled = last_name(func) or ""
+    if spelled == "replace":
+        return bool(call.args) and me is not None and isinstance(call.args[0], ast.Name) and call.args[0].id == me
+    return spelled == name or (spelled == "cls" and me == "cls")
 
 
 def _filled_self_attrs(fn: ast.AST, me: str) -> dict[str, int]:
@@ -395,11 +440,11 @@ def _value_parts(expr: ast.AST) -> Iterator[ast.AST]:
     stack = [expr]
     while stack:
         cur = stack.pop()
+        if isinstance(cur, ast.Attribute) and cur.attr in _SHAPE:
+            continue  # `seq_lens.shape[0]`: the batch's size, which an advance keeps
         yield cur
         if isinstance(cur, ast.Subscript):
             stack.append(cur.value)
-            continue
-        if isinstance(cur, ast.Attribute) and cur.attr in _SHAPE:
             continue
         if isinstance(cur, ast.Call):
             name = last_name(cur.func)

@@ -467,10 +467,13 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
             maybe.append(sub)
         if isinstance(sub, ast.Call):
             facts.calls.append(call_fact(sub))
-            # in-place tensor updates of an attribute: `x.seq_lens.add_(1)`, `x.f.fill_(0)`
-            if isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Attribute):
+            # in-place tensor updates of an attribute: `x.seq_lens.add_(1)`, `x.f.fill_(0)`,
+            # also of its rows (`x.positions[:n].add_(1)`)
+            holder = sub.func.value if isinstance(sub.func, ast.Attribute) else None
+            if isinstance(holder, ast.Subscript):
+                holder = holder.value
+            if isinstance(holder, ast.Attribute):
                 method = sub.func.attr
-                holder = sub.func.value
                 if method.endswith("_") and not method.startswith("_"):
                     delta = None
                     if method in _INPLACE_ADD and sub.args and isinstance(sub.args[0], ast.Constant):

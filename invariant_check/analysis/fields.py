@@ -26,6 +26,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
+from ..globs import name_matcher, required_literals
 from .facts import CallFact, annotation_ref, child_nodes, last_name, ref, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import AnyLiteral, Names, Need, PerText, Words
@@ -1099,12 +1100,14 @@ class Moved(Need):
 
     cost = 6
 
-    def __init__(self, fields) -> None:
+    def __init__(self, fields, globs: tuple[str, ...] = ()) -> None:
         self.fields = tuple(fields)
+        self.globs = tuple(globs)
         body = "|".join(re.escape(f) for f in sorted(self.fields, key=len, reverse=True))
         self._attr = re.compile(rf"\.(?:\s|\\\n|#[^\n]*\n)*(?:{body})(?![\w])") if body else re.compile(r"(?!)")
+        self._globbed = _GlobAttributes(self.globs) if self.globs else None
         self._before = re.compile(r"(?:\+|\b(?:add|sub)\s*\()[\s\w.\\(]*\Z")
-        self._bytes = AnyLiteral(f.encode() for f in self.fields)
+        self._bytes = AnyLiteral(_literals(self.fields, self.globs))
         self._index = PerText(self._all)
 
     def quick(self, data: bytes, lower: bytes) -> bool:
@@ -1120,7 +1123,10 @@ class Moved(Need):
         return i < len(at) and at[i] < end
 
     def _all(self, text: str) -> list[int]:
-        return [m.start() for m in self._attr.finditer(text) if self._moves(text, m.start(), m.end())]
+        spans = [(m.start(), m.end()) for m in self._attr.finditer(text)]
+        if self._globbed is not None:
+            spans = sorted(set(spans) | set(self._globbed.spans(text)))
+        return [a for a, b in spans if self._moves(text, a, b)]
 
     def _moves(self, text: str, a: int, b: int) -> bool:
         if self._before.search(text, max(0, a - 300), a):
@@ -1148,7 +1154,7 @@ class Moved(Need):
         return False
 
     def describe(self) -> str:
-        return "an attribute " + " | ".join(f"`.{f}`" for f in self.fields) + " moved by `+`/`-`/`add_`"
+        return "an attribute " + " | ".join(f"`.{f}`" for f in self.fields + self.globs) + " moved by `+`/`-`/`add_`"
 
 
 class Stored(Need):
@@ -1158,14 +1164,17 @@ class Stored(Need):
 
     cost = 5
 
-    def __init__(self, fields) -> None:
+    def __init__(self, fields, globs: tuple[str, ...] = ()) -> None:
         self.fields = tuple(fields)
+        self.globs = tuple(globs)
+        self._globbed = _GlobAttributes(self.globs) if self.globs else None
         body = "|".join(re.escape(f) for f in sorted(self.fields, key=len, reverse=True))
         gap = r"(?:\s|\\\n)*"
+        self._written = re.compile(rf"{gap}(?:\[[^\]]*\]{gap})?(?:[-+*/]?=(?!=)|\.{gap}[a-z][a-z_]*_{gap}\()")
         self._rx = re.compile(
             rf"\.{gap}(?:{body}){gap}(?:\[[^\]]*\]{gap})?(?:[-+*/]?=(?!=)|\.{gap}[a-z][a-z_]*_{gap}\()" if body else r"(?!)"
         )
-        self._bytes = AnyLiteral(f.encode() for f in self.fields)
+        self._bytes = AnyLiteral(_literals(self.fields, self.globs))
 
     def quick(self, data: bytes, lower: bytes) -> bool:
         if not self._bytes(data):
@@ -1174,10 +1183,65 @@ class Stored(Need):
         return True if text is None else self.holds(text)
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
-        return self._rx.search(text, start, len(text) if end is None else end) is not None
+        end = len(text) if end is None else end
+        if self._rx.search(text, start, end) is not None:
+            return True
+        if self._globbed is not None:
+            for a, b in self._globbed.spans(text):
+                if start <= a < end and self._written.match(text, b, end):
+                    return True
+        return False
 
     def describe(self) -> str:
-        return "an attribute " + " | ".join(f"`.{f}`" for f in self.fields) + " written"
+        return "an attribute " + " | ".join(f"`.{f}`" for f in self.fields + self.globs) + " written"
+
+
+class _GlobAttributes:
+    """Where a text spells an attribute whose name matches identifier globs: (the position of
+    its `.`, the end of its name), found from the globs' literals (a glob's longest literal is
+    in every name it matches), so a text without them costs one search."""
+
+    def __init__(self, globs: tuple[str, ...]) -> None:
+        self.matches = name_matcher(globs, case_sensitive=True)
+        lits = sorted({max(required_literals(g), key=len) for g in globs if required_literals(g)}, key=len, reverse=True)
+        self._lit = re.compile("|".join(re.escape(x) for x in lits)) if lits else None
+        self._index = PerText(self._compute)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        return self._index(text) if self._lit is not None else []
+
+    def _compute(self, text: str) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        seen: set[int] = set()
+        for m in self._lit.finditer(text):
+            a = m.start()
+            while a > 0 and (text[a - 1].isalnum() or text[a - 1] == "_"):
+                a -= 1
+            if a in seen:
+                continue
+            seen.add(a)
+            m_end = _WORD_END.match(text, m.end())
+            b = m_end.end() if m_end else m.end()
+            if not self.matches(text[a:b]):
+                continue
+            dot = a - 1
+            while dot >= 0 and text[dot] in " \t\n\\":
+                dot -= 1
+            if dot >= 0 and text[dot] == ".":
+                out.append((dot, b))
+        return out
+
+
+_WORD_END = re.compile(r"\w*")
+
+
+def _literals(fields: tuple[str, ...], globs: tuple[str, ...]) -> list[bytes]:
+    """The bytes one of which a text must hold: each name, and each glob's longest literal."""
+    out = [f.encode() for f in fields]
+    for g in globs:
+        runs = required_literals(g)
+        out.append(max(runs, key=len).encode() if runs else b"")
+    return out
 
 
 class Passed(Need):

@@ -40,7 +40,7 @@ class AnyLiteral:
     that holds another (`_seq_lens`, `seq_lens_cpu` hold `seq_lens`) is found wherever that
     one is, so only the minimal ones are looked for. The answer is the plain question's."""
 
-    __slots__ = ("literals", "_minimal")
+    __slots__ = ("literals", "_minimal", "_common")
 
     def __init__(self, literals: Iterable[bytes]) -> None:
         self.literals = tuple(dict.fromkeys(literals))
@@ -50,12 +50,31 @@ class AnyLiteral:
             if not any(m in lit for m in minimal):
                 minimal.append(lit)
         self._minimal = tuple(minimal)
+        # a part every literal holds (`_len` of `kv_len`, `ctx_len`, ...): a text without it
+        # holds none of them, found in one search instead of one per literal
+        self._common = _common_part(self._minimal) if len(self._minimal) > 2 else b""
 
     def __call__(self, data: bytes) -> bool:
+        if self._common and self._common not in data:
+            return False
         for lit in self._minimal:  # a loop, not `any(...)`: asked of every file, per rule
             if lit in data:
                 return True
         return False
+
+
+def _common_part(literals: tuple[bytes, ...]) -> bytes:
+    """The longest substring (3 bytes or more) of the shortest literal that every literal
+    holds; empty when there is none."""
+    if not literals or not all(literals):
+        return b""
+    short = min(literals, key=len)
+    for size in range(len(short), 2, -1):
+        for i in range(len(short) - size + 1):
+            part = short[i:i + size]
+            if all(part in lit for lit in literals):
+                return part
+    return b""
 
 
 class PerText:

@@ -21,7 +21,7 @@ import ast
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .derivations import Derivation, Table, bundled, configured, holds_layout, in_family, memos_of, module_derivations, variant_of
+from .derivations import STEP_GLOBS, Derivation, Table, bundled, configured, holds_layout, in_family, memos_of, module_derivations, step_field, variant_of
 from .facts import last_name, ref, walk_local
 from .fields import (
     FieldFlow,
@@ -92,10 +92,18 @@ def increment_need(table: Table) -> Need:
     exact = sorted(table.exact_sources() | {variant_of(s) for s in table.exact_sources()})
     # as `may_write_a_source` reads a function: a field a draft step moves, handed to a call
     # (as `x.seq_lens`, or a slice of it) or stored to; a field a memo reads, stored to where
-    # a loop can reuse the object (any write stales a memo, and one outside a loop is not judged)
-    parts: list[Need] = [Moved(sources), Passed(Names(handed, case_sensitive=True), attribute=True), Stored(handed)]
-    if exact:
-        parts.append(AllNeed(Stored(exact), Words("for", "while")))
+    # a loop can reuse the object (any write stales a memo, and one outside a loop is not judged).
+    # A length of the layout no release names (`STEP_GLOBS`) is each of these too: what the
+    # project derives from it is learned where the object's class is read.
+    layout = STEP_GLOBS
+    loop = Words("for", "while")
+    parts: list[Need] = [
+        Moved(sources, layout),
+        Passed(Names(handed, case_sensitive=True), attribute=True),
+        Stored(handed),
+        AllNeed(Passed(Names(layout, case_sensitive=True), attribute=True), loop),
+        AllNeed(Stored(exact, layout), loop),
+    ]
     return AnyNeed(*parts)
 
 
@@ -181,10 +189,13 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
         elif isinstance(sub, ast.Assign) and isinstance(sub.value, ast.BinOp):
             sums.update((t.id, sub.value) for t in sub.targets if isinstance(t, ast.Name))
 
-    def named(node: ast.AST, names: set[str]) -> bool:
+    def named(node: ast.AST, names: set[str], layout: bool = True) -> bool:
+        # `layout`: a layout field no release derives from counts too (see `source_write`)
         if isinstance(node, ast.Subscript):
             node = node.value
-        return isinstance(node, ast.Attribute) and (node.attr in names or variant_of(node.attr) in names)
+        if not isinstance(node, ast.Attribute):
+            return False
+        return node.attr in names or variant_of(node.attr) in names or (layout and step_field(node.attr))
 
     for sub in walk_local(func):
         if isinstance(sub, ast.AugAssign):
@@ -198,7 +209,11 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
                 value = sub.value
                 if isinstance(value, ast.Name):
                     value = sums.get(value.id, value)  # `new = md.seq_lens + 1; md.seq_lens = new`
-                if has_loop or isinstance(value, (ast.BinOp, ast.Call, ast.IfExp)):
+                if has_loop or isinstance(value, ast.BinOp):
+                    return True
+                # a builder filling a layout field from a call is no step, unless a release
+                # derives something from that field
+                if isinstance(value, (ast.Call, ast.IfExp)) and named(t, sources, layout=False):
                     return True
         elif isinstance(sub, ast.Call):
             f = sub.func
@@ -206,13 +221,15 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
                 return True
             name = last_name(f) or ""
             if name == "replace" or name[:1].isupper():
-                if any(k.arg and (k.arg in sources or variant_of(k.arg) in sources) for k in sub.keywords):
+                if any(k.arg and (k.arg in sources or variant_of(k.arg) in sources or (has_loop and step_field(k.arg))) for k in sub.keywords):
                     return True
             if any(k.arg == "out" and named(k.value, sources) for k in sub.keywords):
                 return True
             if writes_only_by_syntax(sub):
                 continue  # as `written_through_calls`
-            if any(named(a, handed) for a in sub.args) or any(named(k.value, handed) for k in sub.keywords if k.arg != "out"):
+            # a layout field handed to a call is looked for in a loop only (a draft loop
+            # launching a kernel that advances it); the releases' stepped fields anywhere
+            if any(named(a, handed, has_loop) for a in sub.args) or any(named(k.value, handed, has_loop) for k in sub.keywords if k.arg != "out"):
                 return True
     return False
 
@@ -223,8 +240,12 @@ def source_write(w: FieldWrite, table: Table) -> bool:
     as a source is being brought along, not moved: its own advance is the catch-up."""
     names = {w.field, variant_of(w.field)}
     if w.sign == 1:
-        return bool(names & table.sources()) and (bool(names & table.moving_sources()) or not (names & table.derived_fields()))
-    return bool(names & table.exact_sources())
+        if not (names & table.sources()):
+            # a layout field no release derives from: what the object's class derives from it
+            # is learned from the project (`DraftStep.wanted`)
+            return step_field(w.field)
+        return bool(names & table.moving_sources()) or not (names & table.derived_fields())
+    return bool(names & table.exact_sources()) or (step_field(w.field) and not (names & table.sources()))
 
 
 def written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str, str], table: Table, depth: int) -> Iterator[tuple[FieldWrite, ast.AST]]:
@@ -235,13 +256,16 @@ def written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str, 
     # given a field only a memo reads is judged where the memo is (the layout's own writes)
     sources = table.stepped_sources()
     summaries = None
+    # a layout field no release derives from, handed to a call, in a loop only (as
+    # `may_write_a_source`)
+    layout = any(isinstance(sub, (ast.For, ast.AsyncFor, ast.While)) for sub in walk_local(func))
     for sub in walk_local(func):
         if not isinstance(sub, ast.Call):
             continue
         handed = []
         for arg in list(sub.args) + [k.value for k in sub.keywords if k.arg != "out"]:
             base = arg.value if isinstance(arg, ast.Subscript) else arg
-            if isinstance(base, ast.Attribute) and (base.attr in sources or variant_of(base.attr) in sources):
+            if isinstance(base, ast.Attribute) and (base.attr in sources or variant_of(base.attr) in sources or (layout and step_field(base.attr))):
                 obj = canonical(ref(base.value), aliases)
                 if obj is not None:
                     handed.append((arg, obj, base.attr))
@@ -346,8 +370,10 @@ class DraftStep:
                 # what this module's own constructors of the class show (`Meta(seq_lens=s,
                 # total=int(s.sum()))`): the project's factories, read where the step is
                 names = {c.name.rsplit(".", 1)[-1] for c in cls.classes()} if holds_layout(class_fields(cls)) else set()
+                # ... and the constructors in the modules that define the class and its bases
+                modules = [self.view.module] + [c.module for c in cls.classes() if c.module is not self.view.module]
                 got += [
-                    d for d in module_derivations(self.view.module, names)
+                    d for m in dict.fromkeys(modules) for d in module_derivations(m, names)
                     if d.owner in names and (write.field in d.sources or variant_of(write.field) in d.sources) and in_family(d)
                 ]
             self._derivations[key] = got
