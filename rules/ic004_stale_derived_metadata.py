@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 from invariant_check.analysis.derivations import Derivation
 from invariant_check.analysis.facts import last_name, ref
-from invariant_check.analysis.fields import FieldWrite, variants
+from invariant_check.analysis.fields import ROWS_ADDED, VALUE_AT, FieldWrite, value_argument, variants
 from invariant_check.analysis.needs import Need
 from invariant_check.analysis.stale_derived import increment_need, learned_table, spells_write, stale_derived
 from invariant_check.analysis.views import FunctionView
@@ -87,6 +87,30 @@ class LayoutMetadata:
 """
 
 
+_PAGED_BOUNDS = """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PagedMeta:
+    kv_lens: torch.Tensor
+    kv_bound: int
+    block_table: torch.Tensor
+
+
+def advance_one(md: PagedMeta):
+    md.kv_lens += 1
+    md.kv_bound += 1
+
+
+def advance_by(md: PagedMeta, n: int):
+    md.kv_lens += n
+    md.kv_bound += n
+"""
+
+
 class StaleDerivedMetadata(Rule):
     """
     ## What it does
@@ -100,15 +124,22 @@ class StaleDerivedMetadata(Rule):
     **Which fields derive from which is learned from the code**, never listed by hand
     (`invariant-check derivations` prints the table, each entry with the line that shows it):
     - a *memo*: a method of the class tests `self._x`, fills it from other fields and returns
-      it once set (`compute_num_computed_tokens()`, a property caching `_seq_lens_cpu`). A memo
+      it once set (`compute_num_computed_tokens()`, a property caching `_seq_lens_cpu`), or a
+      `functools.cached_property` reading other fields (reset by `del md.name` or
+      `md.__dict__.pop("name", None)`; a copy through the constructor, `replace(...)`, starts
+      without it). A memo
       is exact: any change of a field it was filled from stales it, a decrement or a new
       layout (`X.query_start_loc = ...`, `X.num_actual_tokens = n`) included;
     - a field a constructor, a factory or a `replace(...)` sets from the value it gives
       another (`seq_lens=s, max_seq_len=int(s.max())`, `dcp_local_seq_lens=` computed from
-      the `seq_lens` it is given), or a statement sets from another field of the object
-      (`md.max_seq_len = int(md.seq_lens.max())`, also in the class's own methods);
+      the `seq_lens` it is given; a host copy, `kv_lens_cpu=kv_lens.to("cpu")`), or a
+      statement sets from another field of the object (`md.max_seq_len =
+      int(md.seq_lens.max())`, also in the class's methods, `__init__` included);
     - a field the code advances together with another, by the same amount, in at least two
-      functions (`seq_lens_cpu_upper_bound += 1` with `seq_lens`).
+      functions (`seq_lens_cpu_upper_bound += 1` with `seq_lens`): in the releases, and in the
+      project's modules that define the object's class or hold the step (a bound, a count or
+      a shadow that follows the layout; two fields of the layout itself advanced together,
+      `positions` and `seq_lens`, are both moved, and neither follows the other).
     These are kept as bounds by the code that maintains them: they go stale when their
     source advances, not when it shrinks. Evidence counts in the family's classes only: a
     class that holds a batch's token layout (a field spelled like a sequence, context, KV-cache,
@@ -130,6 +161,9 @@ class StaleDerivedMetadata(Rule):
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
     `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, or through one
     local: `new = X.seq_lens + k; X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`,
+    an advance of some rows (`X.seq_lens[idx] = X.seq_lens[idx] + k`,
+    `X.seq_lens.index_copy_(0, idx, X.seq_lens[idx] + k)`, `X.seq_lens.index_add_(0, idx, src)`,
+    `scatter_add_`),
     `torch.clamp(X.seq_lens + k, max=m, out=X.seq_lens)`, a copy
     `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
     a new object built from the advanced value with the old derived values copied in
@@ -177,9 +211,17 @@ class StaleDerivedMetadata(Rule):
     `replace(cad, seq_lens=cad.seq_lens + n, max_seq_len=cad.max_seq_len + n, ...)`.
 
     ## What it proves
+    A copy on the same device (`clone()`), a view (`kv_lens[:n]`) and a field named as a
+    snapshot (`orig_*`, `prev_*`, `old_*`, `init_*`, `saved_*`) are not derived: a view shares
+    the storage, a snapshot is kept from before the step on purpose.
+
     A derived field counts only if the object is *known to have it*: its class declares it as
-    data (a dataclass field, a class attribute, an attribute its methods assign on `self`),
-    or the function itself reads or writes it on the object. A private backing field counts
+    data (a dataclass field, a class attribute, an attribute its methods assign on `self`;
+    for a plain class whose `__init__` keeps a layout field it is handed under its own name,
+    `self.seq_lens = seq_lens`, every attribute that `__init__` sets), or the function itself
+    reads or writes it on the object. A service object that allocates its own buffers
+    (`self.seq_lens = torch.zeros(n)` in a proposer) declares no data by its `__init__`: a
+    setting it keeps beside them (`self.max_seq_len = max_model_len`) is not derived. A private backing field counts
     as its property (`_seq_lens_cpu` for `seq_lens_cpu`); a property computed on each read,
     with no backing field, cannot be stale and does not count. The class of an object comes
     from an annotation (`X`, `X | None`, `Optional[X]`, `"X"`; an entry of a parameter
@@ -722,7 +764,112 @@ def draft(self, md: PagedDecodeMeta, k: int):
 """,
             files={"paged.py": _PAGED_METADATA},
         ),
+        # A proposer's own buffers (allocated, not handed in) beside a setting it keeps: the
+        # maximum model length is no value derived from the buffer it advances.
+        Valid(
+            """
+import torch
+
+
+class Drafter:
+    def __init__(self, max_num_reqs: int, max_model_len: int):
+        self.seq_lens = torch.zeros(max_num_reqs, dtype=torch.int32)
+        self.max_seq_len = max_model_len
+
+    def propose(self, num_steps: int):
+        for _ in range(num_steps):
+            self.seq_lens += 1
+            self.run_draft()
+"""
+        ),
+        # A plain metadata class whose step recomputes what its `__init__` derives.
+        Valid(
+            """
+import torch
+
+
+class DraftInputs:
+    def __init__(self, seq_lens: torch.Tensor):
+        self.seq_lens = seq_lens
+        self.max_seq_len = int(self.seq_lens.max())
+
+
+def step(md: DraftInputs, active: torch.Tensor, num_steps: int):
+    for _ in range(num_steps):
+        md.seq_lens[active] = md.seq_lens[active] + 1
+        md.max_seq_len = int(md.seq_lens.max())
+        run_draft(md)
+"""
+        ),
+        # A snapshot of the lengths before the draft (a copy kept on purpose), and a view of
+        # the lengths (the same storage): neither is left behind by an in-place advance.
+        Valid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PagedMeta:
+    kv_lens: torch.Tensor
+    orig_kv_lens: torch.Tensor
+    kv_lens_view: torch.Tensor
+
+    @classmethod
+    def make(cls, kv_lens, n):
+        return cls(kv_lens=kv_lens, orig_kv_lens=kv_lens.cpu(), kv_lens_view=kv_lens[:n])
+
+
+def draft(md: PagedMeta, num_steps: int):
+    for _ in range(num_steps):
+        md.kv_lens += 1
+        run_draft(md)
+"""
+        ),
+        # The `cached_property`'s value is dropped once the layout changes (or `del
+        # md.req_of_token` where it is known to be set): the next read computes it again.
+        Valid(
+            """
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass
+class TokenLayout:
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+
+    @cached_property
+    def req_of_token(self) -> torch.Tensor:
+        counts = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+
+def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
+    md.query_start_loc = arange[: batch_size + 1]
+    md.__dict__.pop("req_of_token", None)
+    for _ in range(num_steps):
+        run_draft(md)
+"""
+        ),
+        # The step advances the bound with the lengths, as the module's helpers do.
+        Valid(
+            """
+from .paged import PagedMeta
+
+def draft(md: PagedMeta, num_steps: int):
+    for _ in range(num_steps):
+        md.kv_lens += 1
+        md.kv_bound += 1
+        run_draft(md)
+""",
+            files={"paged.py": _PAGED_BOUNDS},
+        ),
     ]
+
     INVALID = [
         # vLLM 0.13.0: the lengths and the CPU shadow advance, the maximum does not.
         Invalid(
@@ -1185,6 +1332,137 @@ def draft(self, md: PagedDecodeMeta, k: int):
             line=6,
             files={"paged.py": _PAGED_METADATA},
         ),
+        # A plain class (no dataclass): its `__init__` keeps the lengths it is handed and
+        # derives `num_context_tokens` from them; the step moves the lengths alone.
+        Invalid(
+            """
+import torch
+
+
+class DraftInputs:
+    def __init__(self, seq_lens: torch.Tensor, query_start_loc: torch.Tensor):
+        self.seq_lens = seq_lens
+        self.query_start_loc = query_start_loc
+        self.num_context_tokens = int(self.seq_lens.sum())
+
+
+def step(md: DraftInputs, num_steps: int):
+    for _ in range(num_steps):
+        md.seq_lens += 1
+        run_draft(md)
+""",
+            line=13,
+            message_contains="`num_context_tokens`",
+        ),
+        # The rows of the requests still drafting advance by `index_copy_`; the maximum is
+        # left where it was.
+        Invalid(
+            """
+from .metadata import CommonAttentionMetadata
+
+def step(md: CommonAttentionMetadata, active: "torch.Tensor", num_steps: int):
+    for _ in range(num_steps):
+        md.seq_lens.index_copy_(0, active, md.seq_lens[active] + 1)
+        run_draft(md)
+""",
+            line=5,
+            message_contains="`max_seq_len`",
+            files={"metadata.py": _METADATA},
+        ),
+        # The class's factory keeps a host copy of the lengths for the planner; the step
+        # advances the device lengths in place, which the copy does not see.
+        Invalid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PagedMeta:
+    kv_lens: torch.Tensor
+    kv_lens_host: torch.Tensor
+    block_table: torch.Tensor
+
+    @classmethod
+    def make(cls, kv_lens, block_table):
+        return cls(kv_lens=kv_lens, kv_lens_host=kv_lens.to("cpu"), block_table=block_table)
+
+
+def draft(md: PagedMeta, num_steps: int):
+    for _ in range(num_steps):
+        md.kv_lens += 1
+        run_draft(md)
+""",
+            line=19,
+            message_contains="`kv_lens_host`",
+        ),
+        # A `functools.cached_property` is a memo too: its first read keeps the token-to-request
+        # map on the object, and the new query offsets never reach it.
+        Invalid(
+            """
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass
+class TokenLayout:
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+
+    @cached_property
+    def req_of_token(self) -> torch.Tensor:
+        counts = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+
+def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
+    md.query_start_loc = arange[: batch_size + 1]
+    for _ in range(num_steps):
+        run_draft(md)
+""",
+            line=19,
+            message_contains="`req_of_token`",
+        ),
+        # The class's `__init__` computes the largest position from the tensor it keeps as
+        # `positions`; the step advances the positions alone.
+        Invalid(
+            """
+import torch
+
+
+class DraftInputs:
+    def __init__(self, positions: torch.Tensor, seq_lens: torch.Tensor):
+        self.positions = positions
+        self.seq_lens = seq_lens
+        self.max_position = int(positions.max())
+
+
+def step(md: DraftInputs, num_steps: int):
+    for _ in range(num_steps):
+        md.positions += 1
+        run_draft(md)
+""",
+            line=13,
+            message_contains="`max_position`",
+        ),
+        # Two helpers of the class's module advance the bound with the lengths, by the same
+        # amount: the project's own rule, which this step breaks.
+        Invalid(
+            """
+from .paged import PagedMeta
+
+def draft(md: PagedMeta, num_steps: int):
+    for _ in range(num_steps):
+        md.kv_lens += 1
+        run_draft(md)
+""",
+            line=5,
+            message_contains="`kv_bound`",
+            files={"paged.py": _PAGED_BOUNDS},
+        ),
     ]
 
     @classmethod
@@ -1251,11 +1529,14 @@ def draft(self, md: PagedDecodeMeta, k: int):
             data["derivations"] = {d: {"kind": e.kind, "from": list(e.sources), "where": e.where, "how": e.how} for d, e in evidence.items() if d in stale}
         if memos:
             data["memos"] = memos
+        cached = [d for d in memos if evidence[d].how.startswith("`@cached_property`")]
+        if cached:
+            data["cached_properties"] = cached
         args = getattr(view.node, "args", None)
         has_self = args is not None and any(a.arg == "self" for a in args.posonlyargs + args.args)
         # the cap as the function can spell it: vLLM proposers keep it on `self`
         cap = "self.max_model_len" if has_self else "max_model_len"
-        return Report(node, message, _hint(write, spelled, stale, amount, cap, set(memos), evidence or {}), data)
+        return Report(node, message, _hint(write, spelled, stale, amount, cap, set(memos), evidence or {}, set(cached)), data)
 
     def fix(self, report: Report, view: FunctionView) -> Fix | None:
         from ._fixes import ic004
@@ -1298,38 +1579,68 @@ def _amount_text(view: FunctionView, write: FieldWrite) -> str:
     node = write.node
     if isinstance(node, ast.AugAssign):
         return view.text(node.value)
-    if isinstance(node, ast.Call) and write.kind == "set":
+    value = None
+    method = last_name(node.func) if isinstance(node, ast.Call) else None
+    if isinstance(node, ast.Call) and write.kind == "set" and method in ROWS_ADDED:
+        # `x.seq_lens.index_add_(0, idx, src)`: a tensor of amounts, one per row; a bound
+        # grows by the largest
+        amount = value_argument(node, *ROWS_ADDED[method])
+        if amount is not None:
+            return f"int({view.text(amount)}.max())"
+    elif isinstance(node, ast.Call) and write.kind == "set" and method in VALUE_AT:
+        # `x.seq_lens.copy_(x.seq_lens + k)`, `.index_copy_(0, idx, x.seq_lens[idx] + k)`
+        value = value_argument(node, *VALUE_AT[method])
+    elif isinstance(node, ast.Call) and write.kind == "set":
         # `x.seq_lens.add_(k)`; `torch.add(x.seq_lens, k, out=x.seq_lens)`: the operand
         # that is not the field itself
-        operands = [a for a in node.args if not (ref(a) or "").endswith("." + write.field)]
+        operands = [a for a in node.args if not _reads_field(a, write.field)]
         if operands:
             return view.text(operands[0])
-    value = None
-    if isinstance(node, ast.Call):
+    if isinstance(node, ast.Call) and value is None:
         value = next((kw.value for kw in node.keywords if kw.arg == write.field), None)
     elif isinstance(node, ast.Assign):
         value = node.value
     if value is not None:
         for sub in ast.walk(value):
             if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add):
-                if ref(sub.left) and ref(sub.left).endswith("." + write.field):
+                if _reads_field(sub.left, write.field):
                     return view.text(sub.right)
-                if ref(sub.right) and ref(sub.right).endswith("." + write.field):
+                if _reads_field(sub.right, write.field):
                     return view.text(sub.left)
     return "1"
 
 
+def _reads_field(node: ast.AST, field: str) -> bool:
+    """`x.field`, or rows of it (`x.field[idx]`)."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return (ref(node) or "").endswith("." + field)
+
+
 def _wrap(amount: str) -> str:
-    return amount if re.fullmatch(r"[\w.]+", amount) else f"({amount})"
+    # a name, or a call of one whose parentheses are its own (`int(src.max())`)
+    if re.fullmatch(r"[\w.]+", amount):
+        return amount
+    try:
+        node = ast.parse(amount, mode="eval").body
+    except SyntaxError:
+        return f"({amount})"
+    return amount if isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)) else f"({amount})"
 
 
 def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: str = "self.max_model_len",
-          memos: set[str] | frozenset[str] = frozenset(), evidence: dict[str, Derivation] | None = None) -> str:
+          memos: set[str] | frozenset[str] = frozenset(), evidence: dict[str, Derivation] | None = None,
+          cached: set[str] | frozenset[str] = frozenset()) -> str:
     x, k = spelled, _wrap(amount)
     evidence = evidence or {}
 
     def recompute(d: str) -> str:
         e = evidence.get(d)
+        if e is not None and e.kind == "advanced-with" and write.sign == 1:
+            return f"`{x}.{d} += {k}` (as `{e.function}` advances it with `{e.sources[0]}`)"
+        if e is not None and " to a copy of " in e.how and write.sign == 1:
+            # a host copy of the lengths: the same advance keeps it equal, with no transfer
+            return f"`{x}.{d} += {k}` (it is a copy of {', '.join(f'`{s}`' for s in e.sources)} in a tensor of its own)"
         how = f" (as {e.how.split(' sets it')[0]} does)" if e is not None and e.kind == "built" and " sets it" in e.how else ""
         return f"recompute `{x}.{d}` from the new {', '.join(f'`{s}`' for s in (e.sources if e else (write.field,)))}{how}"
 
@@ -1350,7 +1661,10 @@ def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: s
         return f"Pass the derived fields to the same `{last_name(write.node.func)}(...)`: " + ", ".join(parts) + "."
     parts = []
     for d in stale:
-        if d in memos:
+        if d in cached:
+            parts.append(f"`{x}.__dict__.pop(\"{d}\", None)` once the layout has changed (the `cached_property` "
+                         "computes it again on the next read)")
+        elif d in memos:
             parts.append(f"`{x}.{d} = None` once the layout has changed (its method fills it again from the new fields)")
         elif d == "max_seq_len":
             parts.append(f"`{x}.max_seq_len = min({x}.max_seq_len + {k}, {cap})` (an upper bound may stay above the capped lengths)")

@@ -88,7 +88,10 @@ class AdvanceOncePerStep(Rule):
     `min(x + 1, limit)`), `add_`, `copy_(x + k)`, `torch.add(x, k, out=x)`; a call of an
     `input-advancing-calls` function (a kernel), or of a project function that makes one of
     these, itself or in the helpers it calls (`helper-depth` deep, through `self`, imports,
-    base classes). It is reported when what moves *outlives the iteration*: `self` or
+    base classes), or of a function of any module that advances a tensor it is handed as one
+    of those fields (`bump(self.input_buffers.positions, n)`, a wrapper launching a
+    `@triton.jit` kernel that `tl.store`s its own load plus one through that pointer, as
+    IC004 reads kernels). It is reported when what moves *outlives the iteration*: `self` or
     something reached from it, a parameter, a local bound before the loop or bound to one
     (`md = common_attn_metadata`), module state a helper advances without being given it.
     What a helper advances is the argument it gives the parameter whose fields (or which
@@ -580,6 +583,35 @@ def steps(self, common, num_reqs):
 def step_rows(batch, n):
     batch.positions[:n].add_(1)
     batch.seq_lens[:n].add_(1)
+"""},
+        ),
+        # A wrapper of another module launches a Triton kernel that stores each position plus
+        # one back through the pointer it is given; it is called once per group.
+        Invalid(
+            """
+from .kernels import bump_positions
+
+def propose(self, common_attn_metadata, num_reqs):
+    for step in range(1, self.num_steps):
+        for group in self.draft_attn_groups:
+            bump_positions(self.input_buffers.positions, num_reqs)
+            self.per_layer[group.name] = group.builder.build_for_drafting(common_attn_metadata, step)
+""",
+            line=6,
+            files={"kernels.py": """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _bump_kernel(pos_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(pos_ptr + offs, tl.load(pos_ptr + offs, mask=mask) + 1, mask=mask)
+
+
+def bump_positions(pos, n):
+    _bump_kernel[(1,)](pos, n, BLOCK=1024)
 """},
         ),
     ]

@@ -56,7 +56,7 @@ def _learn_release(job: tuple[Path, str]) -> tuple[str, list[dict], list[list[st
                 declared = D.declared_fields(node)
                 if len(declared) >= 2 and D.holds_layout(declared):
                     classes.append(sorted(declared))
-        for d in D.learn_tree(tree, rel):
+        for d in D.learn_tree(tree, rel, project=False):
             found.append(d.to_json())
     return version, found, classes
 

@@ -109,6 +109,57 @@ def test_not_derivations(code):
     assert not [x for x in learned(fn) if x[2] == "built" and x[0] in ("num_reqs", "other", "size", "buf", "out", "max_seq_len")]
 
 
+def test_a_plain_class_keeping_its_lengths_derives_what_its_init_computes_from_them():
+    code = """
+    class DraftInputs:
+        def __init__(self, positions, seq_lens):
+            self.positions = positions
+            self.seq_lens = seq_lens
+            self.max_position = int(positions.max())
+            self._req_cache = None
+
+        def req_of_token(self):
+            if self._req_cache is None:
+                self._req_cache = rows_of(self.seq_lens)
+            return self._req_cache
+    """
+    got = learned(code)
+    assert ("max_position", ("positions",), "built") in got  # from the parameter it keeps as `positions`
+    assert ("_req_cache", ("seq_lens",), "memo") in got  # the `__init__` declares it: a plain class's data
+    # the bundled table is learned without them (vLLM's classes are dataclasses)
+    raw = {(d.field, d.sources) for d in D.learn_tree(ast.parse(textwrap.dedent(code)), "m.py", project=False)}
+    assert ("max_position", ("positions",)) not in raw
+
+
+def test_a_cached_property_is_a_memo_and_a_host_copy_is_derived_but_a_snapshot_is_not():
+    code = """
+    from dataclasses import dataclass
+    from functools import cached_property
+
+
+    @dataclass
+    class Meta:
+        kv_lens: "torch.Tensor"
+        block_table: "torch.Tensor"
+
+        @cached_property
+        def rows(self):
+            return self.kv_lens.cumsum(0)
+
+        @classmethod
+        def make(cls, kv, bt, dev):
+            return cls(kv_lens=kv, kv_lens_cpu=kv.to("cpu"), orig_kv_lens=kv.cpu(), kv_view=kv[:4],
+                       kv_clone=kv.clone(), block_table=bt.to(dev), bt_host=bt.pin_memory())
+    """
+    got = learned(code)
+    assert ("rows", ("kv_lens",), "memo") in got
+    # another device: an advance does not reach it (a copy of the lengths and of their rows)
+    assert ("kv_lens_cpu", ("kv_lens", "kv_view"), "built") in got
+    assert ("bt_host", ("block_table",), "built") not in got  # both copies of one value: neither follows
+    for name in ("orig_kv_lens", "kv_view", "kv_clone"):  # a snapshot, a view, a same-device copy
+        assert not [x for x in got if x[0] == name], name
+
+
 def test_fields_advanced_together_follow_each_other():
     code = """
     def step(md, n):

@@ -71,6 +71,13 @@ def step_field(name: str) -> bool:
     return _STEP_MATCH(name)
 
 
+def layout_state(name: str) -> bool:
+    """A field of the layout a draft step moves (`positions`, `seq_lens`, `kv_lens`), not a
+    value kept beside it to follow it: a bound (`max_seq_len`, `num_*`, `*_upper_bound`), a
+    host shadow (`*_cpu`) or a private backing store (`_seq_lens_cpu`)."""
+    return layout_field(name) and not name.startswith(("_", "max_", "min_", "num_")) and not name.endswith(("_cpu", "_bound"))
+
+
 def holds_layout(fields: Iterable[str]) -> bool:
     """Whether a class with these data fields is one of the family's (see `LAYOUT_GLOBS`)."""
     return any(layout_field(f) for f in fields)
@@ -138,6 +145,14 @@ def method_memos(item: ast.AST, fields: set[str], where: str, owner: str | None)
     if not item.args.args:
         return []
     me = item.args.args[0].arg
+    if any(last_name(d) == "cached_property" for d in item.decorator_list):
+        # `@cached_property def req_of_token(self)`: computed on the first read, then kept
+        # on the object under the method's own name
+        sources = sorted(a for a in _read_self_attrs(item, me) if a != item.name and a in fields)
+        if not sources:
+            return []
+        how = f"`@cached_property` `{item.name}` keeps what its first read computes"
+        return [Derivation(item.name, tuple(sources), "memo", f"{where}:{item.lineno}", how, owner, item.name)]
     filled = _filled_self_attrs(item, me)
     if not filled:
         return []
@@ -193,6 +208,46 @@ def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
     return out
 
 
+def module_advances(module, field: str) -> list[Derivation]:
+    """The fields the functions of a module of the project model advance together with
+    `field`, by the same amount (`md.kv_lens += 1; md.max_kv_len += 1`): `advanced-with`
+    derivations, one per function, learned once per module and field from the chunks that
+    spell the field (as `module_derivations`)."""
+    from .needs import Words
+
+    cache = module.__dict__.setdefault("_advances", {})
+    got = cache.get(field)
+    if got is None:
+        got = []
+        if field in module.source.text:
+            where = module.project.display(module.path)
+            seen: set[int] = set()
+            for chunk in module.leaf_chunks(Words(field)):
+                try:
+                    own, extra = module.statements(chunk)
+                except (SyntaxError, ValueError, MemoryError, RecursionError):
+                    continue
+                for fn in _functions(ast.Module(body=list(own) + list(extra), type_ignores=[])):
+                    if id(fn) not in seen:
+                        seen.add(id(fn))
+                        got.extend(d for d in _advanced_together(fn, where, fn.name) if field in d.sources)
+        cache[field] = got
+    return got
+
+
+def agreed(derivations: Iterable[Derivation], functions: int = 2) -> list[Derivation]:
+    """The `advanced-with` evidence shown by at least `functions` different functions (one
+    that happens to advance two fields together is not yet the code's rule), one per pair."""
+    by_pair: dict[tuple[str, tuple[str, ...]], list[Derivation]] = {}
+    for d in derivations:
+        by_pair.setdefault((d.field, d.sources), []).append(d)
+    out = []
+    for ds in by_pair.values():
+        if len({(d.where.rsplit(":", 1)[0], d.function) for d in ds}) >= functions:
+            out.append(ds[0])
+    return out
+
+
 def _functions(tree: ast.AST) -> Iterator[ast.AST]:
     """Every function of a module, found through statements only (a function is one; the
     expressions, most of a module's nodes, are never entered)."""
@@ -215,10 +270,10 @@ def memos_of(info) -> list[Derivation]:
 
 
 def _memos_of(info) -> list[Derivation]:
-    from .fields import class_fields
+    from .fields import class_fields, declared_data
 
     fields = class_fields(info)
-    declared = {f for c in info.classes() for f in c.facts.fields}
+    declared = declared_data(info)
     out: list[Derivation] = []
     if not holds_layout(fields):
         return out
@@ -233,9 +288,10 @@ def _memos_of(info) -> list[Derivation]:
                 out.extend(d for d in method_memos(node, fields, where, cls.name) if d.field in declared)
                 me = node.args.args[0].arg if node.args.args else None
                 values = None
+                kept = _kept_parameters(node, me)
                 for sub in walk_local(node):
                     if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and me is not None and ref(getattr(sub.targets[0], "value", None)) == me:
-                        for d in _assigned_derivation(sub, where, f"{cls.name}.{name}"):
+                        for d in _assigned_derivation(sub, where, f"{cls.name}.{name}", kept):
                             if d.field in fields and set(d.sources) & fields and in_family(d):
                                 out.append(d)
                     elif isinstance(sub, ast.Call) and len(sub.keywords) >= 2 and _makes_own(sub, cls.name, me):
@@ -245,6 +301,22 @@ def _memos_of(info) -> list[Derivation]:
                         for d in _keyword_derivations(sub, values, where, f"{cls.name}.{name}"):
                             if d.field in fields and in_family(d):
                                 out.append(Derivation(d.field, d.sources, d.kind, d.where, d.how, cls.name, d.function))
+    return out
+
+
+def _kept_parameters(fn: ast.AST, me: str | None) -> dict[str, str]:
+    """Parameters a method stores on the object unchanged (`self.seq_lens = seq_lens`), with
+    the field each is kept in: what it computes from one it computes from that field."""
+    if me is None:
+        return {}
+    params = {a.arg for a in fn.args.args[1:] + fn.args.kwonlyargs}
+    out: dict[str, str] = {}
+    for sub in walk_local(fn):
+        if isinstance(sub, (ast.Assign, ast.AnnAssign)) and isinstance(sub.value, ast.Name) and sub.value.id in params:
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            for t in targets:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me:
+                    out.setdefault(sub.value.id, t.attr)
     return out
 
 
@@ -330,18 +402,52 @@ def learn(text: str, where: str) -> list[Derivation]:
     return list(learn_tree(tree, where))
 
 
-def learn_tree(tree: ast.AST, where: str) -> Iterator[Derivation]:
+def project_only(d: Derivation) -> bool:
+    """Evidence learned for the linted project's classes but not put in the bundled table: a
+    copy on another device (vLLM's host shadows are its `_seq_lens_cpu` memo and the variant
+    spellings, and its device layout copied from the host, `query_start_loc=
+    query_start_loc_cpu.to(device)`, would make the layout a field derived from its shadow),
+    and a `cached_property` (FlexAttention's reads `max_seq_len`, a bound, and would make a
+    bound's catch-up look like a move of the layout)."""
+    return " to a copy of " in d.how or d.how.startswith("`@cached_property`")
+
+
+def learn_tree(tree: ast.AST, where: str, project: bool = True) -> Iterator[Derivation]:
+    """What a module shows, as IC004 learns it for the linted project's classes; with
+    `project=False`, what goes into the bundled table (see `project_only`)."""
     for node in ast.walk(tree):
         if isinstance(node, FUNCS):
-            yield from function_derivations(node, where)
+            ds = function_derivations(node, where, project)
         elif isinstance(node, ast.ClassDef):
-            declared = declared_fields(node)
-            yield from (d for d in class_memos(node, own_data_fields(node), where) if d.field in declared)
+            declared = declared_fields(node) | (init_data(node) if project else set())
+            ds = (d for d in class_memos(node, own_data_fields(node), where) if d.field in declared)
+        else:
+            continue
+        yield from (d for d in ds if project or not project_only(d))
+
+
+def init_data(node: ast.ClassDef) -> set[str]:
+    """The attributes a plain class's `__init__` sets on `self` when it keeps a layout field
+    handed to it under its own name (`self.seq_lens = seq_lens`): its data (as
+    `fields.declared_data` reads the project model)."""
+    init = next((item for item in node.body if isinstance(item, FUNCS) and item.name == "__init__"), None)
+    if init is None or not init.args.args:
+        return set()
+    me = init.args.args[0].arg
+    kept = _kept_parameters(init, me)
+    if not any(field == param and layout_field(field) and not field.startswith(("max_", "min_", "num_")) for param, field in kept.items()):
+        return set()
+    return {t.attr for sub in walk_local(init) if isinstance(sub, (ast.Assign, ast.AnnAssign))
+            for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target])
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me}
 
 
 def declared_fields(node: ast.ClassDef) -> set[str]:
-    """The names a class body declares with an annotation (a dataclass's fields)."""
-    return {item.target.id for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)}
+    """The names a class body declares with an annotation (a dataclass's fields), and its
+    `cached_property`s (kept on the object once read)."""
+    return {item.target.id for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)} | {
+        item.name for item in node.body if isinstance(item, FUNCS) and any(last_name(d) == "cached_property" for d in item.decorator_list)
+    }
 
 
 def own_data_fields(node: ast.ClassDef) -> set[str]:
@@ -353,6 +459,8 @@ def own_data_fields(node: ast.ClassDef) -> set[str]:
         elif isinstance(item, ast.Assign):
             out.update(t.id for t in item.targets if isinstance(t, ast.Name))
         elif isinstance(item, FUNCS) and item.args.args:
+            if any(last_name(d) == "cached_property" for d in item.decorator_list):
+                out.add(item.name)  # kept on the object once read
             me = item.args.args[0].arg
             for sub in walk_local(item):
                 if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
@@ -361,14 +469,17 @@ def own_data_fields(node: ast.ClassDef) -> set[str]:
     return out
 
 
-def function_derivations(fn: ast.AST, where: str) -> Iterator[Derivation]:
+def function_derivations(fn: ast.AST, where: str, project: bool = True) -> Iterator[Derivation]:
     values = _single_bindings(fn)
     qual = getattr(fn, "name", "")
+    # a value computed from a parameter the function keeps on the object (`self.seq_lens =
+    # seq_lens; self.max_seq_len = int(seq_lens.max())`): read where the project's classes are
+    kept = _kept_parameters(fn, fn.args.args[0].arg) if project and fn.args.args else None
     for sub in walk_local(fn):
         if isinstance(sub, ast.Call) and len(sub.keywords) >= 2 and _builds(sub):
             yield from _keyword_derivations(sub, values, where, qual)
         elif isinstance(sub, ast.Assign) and len(sub.targets) == 1:
-            yield from _assigned_derivation(sub, where, qual)
+            yield from _assigned_derivation(sub, where, qual, kept)
     yield from _advanced_together(fn, where, qual)
 
 
@@ -416,6 +527,52 @@ _VIEWS = frozenset({"to", "contiguous", "view", "reshape", "clone", "int", "long
 _SHAPE = frozenset({"len", "shape", "size", "numel", "dim", "ndim", "device", "dtype", "stride", "is_cuda", "data_ptr"})
 # calls that allocate from a size: their arguments are shapes
 _ALLOC = frozenset({"zeros", "empty", "ones", "full", "arange", "zeros_like", "empty_like", "ones_like", "full_like", "_make_buffer", "make_buffer"})
+
+
+def _transferred(expr: ast.AST) -> bool:
+    """`x.cpu()`, `x.to("cpu")`, `x.to(device, non_blocking=True)`, `x.pin_memory()`:
+    the values of `x` in a tensor of their own on another device, which an in-place advance of
+    `x` does not reach."""
+    for _ in range(4):
+        if isinstance(expr, ast.Subscript):
+            expr = expr.value
+        elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _VIEWS:
+            method = expr.func.attr
+            if method in _TRANSFERS:
+                return True
+            if method == "to" and _to_a_device(expr):
+                return True
+            expr = expr.func.value
+        else:
+            break
+    return False
+
+
+# methods that put a tensor's values on another device (`to` only with a device: see
+# `_to_a_device`; a dtype conversion of the same dtype returns the tensor itself). Not
+# `clone()`: a copy on the same device is a snapshot kept on purpose (`orig_seq_lens`)
+_TRANSFERS = frozenset({"cpu", "cuda", "pin_memory"})
+# ... and the names of a snapshot, on any device: the values before the step, not a shadow
+_SNAPSHOT = ("orig", "prev", "old", "init", "saved", "original")
+
+
+def _same_tensor(expr: ast.AST) -> bool:
+    """The tensor itself or rows of it (`kv`, `self.buf.kv[:n]`), not a copy of it."""
+    while isinstance(expr, ast.Subscript):
+        expr = expr.value
+    return isinstance(expr, (ast.Name, ast.Attribute))
+
+
+def _to_a_device(call: ast.Call) -> bool:
+    if any(k.arg in ("device", "non_blocking") for k in call.keywords):
+        return True
+    for arg in call.args[:1]:
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            return arg.value.split(":")[0] in ("cpu", "cuda", "xpu", "npu", "hpu")
+        spelled = ref(arg) or ""
+        # `x.to(device)`, `x.to(self.dev)`; not a dtype (`x.to(torch.int32)`, `x.to(dtype)`)
+        return bool(spelled) and not spelled.startswith(("torch.", "np.")) and "dtype" not in spelled.rsplit(".", 1)[-1]
+    return False
 
 
 def _root(expr: ast.AST) -> str | None:
@@ -484,18 +641,30 @@ def _keyword_derivations(call: ast.Call, values: dict[str, ast.AST], where: str,
     for kw in keywords:
         own = roots[kw.arg]
         sources = []
+        copies = []
         for other in keywords:
             root = roots[other.arg]
-            if other is kw or root is None or root == own:
-                continue  # the same value handed over under two names: an alias, not derived
+            if other is kw or root is None:
+                continue
+            if root == own:
+                # the same value handed over under two names is an alias, not derived; a copy
+                # of it on the host (`kv_lens_cpu=kv_lens.cpu()`) is a tensor of its own
+                if _transferred(kw.value) and _same_tensor(other.value) and not kw.arg.lstrip("_").startswith(_SNAPSHOT):
+                    copies.append(other.arg)
+                continue
             if _mentions(kw.value, root, values):
                 sources.append(other.arg)
         if sources:
             yield Derivation(kw.arg, tuple(sorted(sources)), "built", f"{where}:{kw.value.lineno}",
                              f"`{spelled}(...)` in `{qual}` sets it from {_names(sorted(sources))}", owner, qual)
+        elif copies:
+            yield Derivation(kw.arg, tuple(sorted(copies)), "built", f"{where}:{kw.value.lineno}",
+                             f"`{spelled}(...)` in `{qual}` sets it to a copy of {_names(sorted(copies))}", owner, qual)
 
 
-def _assigned_derivation(stmt: ast.Assign, where: str, qual: str) -> Iterator[Derivation]:
+def _assigned_derivation(stmt: ast.Assign, where: str, qual: str, kept: dict[str, str] | None = None) -> Iterator[Derivation]:
+    """`obj.f = <expr of obj.g>`; with `kept` (a parameter -> the field of `obj` it is stored
+    in, `self.seq_lens = seq_lens` in an `__init__`), `obj.f = <expr of the parameter>` too."""
     target = stmt.targets[0]
     if not isinstance(target, ast.Attribute):
         return
@@ -506,6 +675,8 @@ def _assigned_derivation(stmt: ast.Assign, where: str, qual: str) -> Iterator[De
     for part in _value_parts(stmt.value):
         if isinstance(part, ast.Attribute) and ref(part.value) == obj and part.attr != target.attr:
             read.add(part.attr)
+        elif kept and isinstance(part, ast.Name) and part.id in kept and kept[part.id] != target.attr:
+            read.add(kept[part.id])
     if read and not _selects(stmt.value):
         yield Derivation(target.attr, tuple(sorted(read)), "built", f"{where}:{stmt.lineno}",
                          f"`{obj}.{target.attr} = ...` in `{qual}` sets it from {_names(sorted(read))}", None, qual)

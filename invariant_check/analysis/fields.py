@@ -224,6 +224,17 @@ class FieldFlow(Flow):
         self.targets: dict[int, ast.AST] = {}
         super().__init__(func)
 
+    def _stmt(self, st: ast.stmt, preds: set[int]) -> set[int]:
+        if isinstance(st, ast.Delete):
+            # `del md.req_of_token`: the value cached on the object is dropped (how a
+            # `functools.cached_property` is reset), a store of the attribute
+            for t in st.targets:
+                if isinstance(t, ast.Attribute):
+                    idx = self._new("store", st, ref(t))
+                    self.targets[idx] = t
+                    preds = self._chain(preds, idx)
+        return super()._stmt(st, preds)
+
     def _bind_targets(self, target: ast.AST, stmt: ast.AST, preds: set[int]) -> set[int]:
         preds = super()._bind_targets(target, stmt, preds)
         if not isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
@@ -275,6 +286,12 @@ def writes_at(flow: FieldFlow, idx: int, aliases: dict[str, str]) -> list[FieldW
     return []
 
 
+def _adds_to_rows(value: ast.AST | None) -> bool:
+    """`x.a[idx] + k`: a sum whose tensor operand is itself a selection of rows."""
+    return isinstance(value, ast.BinOp) and isinstance(value.op, (ast.Add, ast.Sub)) and (
+        isinstance(value.left, ast.Subscript) or isinstance(value.right, ast.Subscript))
+
+
 def store_writes(target: ast.AST, stmt: ast.AST, aliases: dict[str, str]) -> list[FieldWrite]:
     subscript = isinstance(target, ast.Subscript)
     holder = target.value if subscript else target
@@ -287,7 +304,11 @@ def store_writes(target: ast.AST, stmt: ast.AST, aliases: dict[str, str]) -> lis
     if isinstance(stmt, ast.AugAssign):
         sign = added(stmt.op, stmt.value)
     elif subscript:
-        sign = None  # `x.a[i] = v`: a part replaced, no direction
+        # `x.a[idx] = x.a[idx] + 1`: the rows named advance; `x.a[i] = v`, and a rewrite of
+        # the rows from the whole tensor (`x.a[:] = x.a + k`, a builder's own adjustment):
+        # no direction
+        value = getattr(stmt, "value", None)
+        sign = direction(value, old, aliases) if _adds_to_rows(value) else None
     else:
         sign = direction(getattr(stmt, "value", None), old, aliases)
     return [FieldWrite(obj, holder.attr, "set", sign, stmt, subscript)]
@@ -381,6 +402,23 @@ def moves_unchanged(stmt: ast.AST, func: ast.AST, aliases: dict[str, str]) -> bo
 
 
 _INPLACE_SIGN = {"add_": 1, "sub_": -1}
+# in-place methods that write given values into (rows of) a tensor: where the value is
+# (position, keyword); its direction against the old tensor is the write's
+VALUE_AT = {
+    "copy_": (0, "src"),
+    "index_copy_": (2, "source"),
+    "scatter_": (2, "src"),
+    "index_put_": (1, "values"),
+    "masked_scatter_": (1, "source"),
+}
+# ... and those that add the given values to rows of it
+ROWS_ADDED = {"index_add_": (2, "source"), "scatter_add_": (2, "src")}
+
+
+def value_argument(call: ast.Call, position: int, keyword: str) -> ast.AST | None:
+    if len(call.args) > position:
+        return call.args[position]
+    return next((k.value for k in call.keywords if k.arg == keyword), None)
 _NOT_WRITES = frozenset({"requires_grad_", "share_memory_", "retain_grad_"})
 
 
@@ -390,6 +428,19 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
     out: list[FieldWrite] = []
     func = call.func
     name = last_name(func)
+    if isinstance(func, ast.Attribute) and func.attr == "pop" and isinstance(func.value, ast.Attribute) and func.value.attr == "__dict__":
+        # `md.__dict__.pop("req_of_token", None)`: a `cached_property`'s value dropped
+        obj = canonical(ref(func.value.value), aliases)
+        if obj is not None and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
+            out.append(FieldWrite(obj, call.args[0].value, "set", None, call))
+        return out
+    if isinstance(func, ast.Name) and func.id == "setattr" and len(call.args) == 3:
+        # `setattr(md, "_cache", None)`: a store spelled as a call
+        obj = canonical(ref(call.args[0]), aliases)
+        attr = call.args[1]
+        if obj is not None and isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+            out.append(FieldWrite(obj, attr.value, "set", direction(call.args[2], f"{obj}.{attr.value}", aliases), call))
+        return out
     sliced = isinstance(func, ast.Attribute) and isinstance(func.value, ast.Subscript) and isinstance(func.value.value, ast.Attribute)
     if isinstance(func, ast.Attribute) and (isinstance(func.value, ast.Attribute) or sliced):
         method = func.attr
@@ -402,8 +453,13 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
                 if method in _INPLACE_SIGN and call.args:
                     base = _INPLACE_SIGN[method]
                     sign = None if _zero(call.args[0]) else (-base if _negative(call.args[0]) else base)
-                elif method == "copy_" and call.args:
-                    sign = direction(call.args[0], f"{obj}.{holder.attr}", aliases)
+                elif method in ROWS_ADDED:
+                    # `x.a.index_add_(0, idx, ones)`: the rows named grow by the source
+                    source = value_argument(call, *ROWS_ADDED[method])
+                    sign = None if source is None or _zero(source) else (-1 if _negative(source) else 1)
+                elif method in VALUE_AT:
+                    # `x.a.copy_(x.a + 1)`, `x.a.index_copy_(0, idx, x.a[idx] + 1)`: as the value
+                    sign = direction(value_argument(call, *VALUE_AT[method]), f"{obj}.{holder.attr}", aliases)
                 out.append(FieldWrite(obj, holder.attr, "set", sign, call, sliced))
     if not call.keywords:
         return out
@@ -476,8 +532,25 @@ def class_fields(info: ClassInfo) -> set[str]:
     return info.project.tracker.memo(info._memo, "data-fields", lambda: _class_fields(info))
 
 
-def _class_fields(info: ClassInfo) -> set[str]:
+def cached_properties(info: ClassInfo) -> set[str]:
+    """The `@functools.cached_property` methods of a class and its bases: each read stores its
+    value on the object, as data, until `del obj.name`."""
+    return info.project.tracker.memo(info._memo, "cached-properties", lambda: _cached_properties(info))
+
+
+def _cached_properties(info: ClassInfo) -> set[str]:
     out: set[str] = set()
+    for cls in info.classes():
+        for name in cls.facts.methods:
+            fn = cls.module.function(f"{cls.qual}.{name}")
+            node = fn.node() if fn is not None else None
+            if node is not None and any(last_name(d) == "cached_property" for d in node.decorator_list):
+                out.add(name)
+    return out
+
+
+def _class_fields(info: ClassInfo) -> set[str]:
+    out: set[str] = set(cached_properties(info))
     for cls in info.classes():
         members = cls.own_members()
         methods = set(cls.facts.methods)
@@ -490,6 +563,40 @@ def _class_fields(info: ClassInfo) -> set[str]:
             me = method.facts.params[0]
             out.update(s.attr for s in method.facts.stores if s.target == me)
     return out
+
+
+def declared_data(info: ClassInfo) -> set[str]:
+    """The fields a class and its bases carry as data from step to step: annotated in the
+    class body (a dataclass's), and, for a plain class whose `__init__` stores a layout field
+    handed to it under its own name (`self.seq_lens = seq_lens`), every attribute its `__init__` sets on `self`.
+    A service object allocating its own buffers (`self.seq_lens = torch.zeros(n)`) declares
+    nothing by its `__init__`: what it caches for itself is not a metadata object's data. A
+    `cached_property`'s value is stored on the object: it is data too."""
+    return info.project.tracker.memo(info._memo, "declared-data", lambda: _declared_data(info))
+
+
+def _declared_data(info: ClassInfo) -> set[str]:
+    from .derivations import layout_field
+
+    out: set[str] = set(cached_properties(info))
+    for cls in info.classes():
+        out.update(cls.facts.fields)
+        if "__init__" not in cls.facts.methods:
+            continue
+        init = cls.module.function(f"{cls.qual}.__init__")
+        if init is None or not init.facts.params:
+            continue
+        me, params = init.facts.params[0], set(init.facts.params[1:])
+        own = [s for s in init.facts.stores if s.target == me]
+        if any(s.op == "=" and s.value == s.attr and s.attr in params and _layout_data(s.attr, layout_field) for s in own):
+            out.update(s.attr for s in own)
+    return out
+
+
+def _layout_data(name: str, layout_field) -> bool:
+    # the layout itself (`seq_lens`, `query_start_loc`), not a bound of it handed in as a
+    # setting (`max_seq_len`, `num_cache_lens`)
+    return layout_field(name) and not name.startswith(("max_", "min_", "num_"))
 
 
 def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassInfo | None:

@@ -35,7 +35,7 @@ from .needs import Names
 from .objects import canonical
 from .project import FunctionInfo
 from .singletons import attribute_holds_one, guarantee_of, guaranteed_single, one_element, self_attribute, spellings
-from .steps import call_advances, increments, passed_values
+from .steps import advanced_tensors, call_advances, increments, passed_values
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -355,6 +355,14 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
         return None
     via = ref(call.func) or last_name(call.func)
     roots = None if fn is None else advanced_parameters(summaries, fn, fields, advancing, depth)
+    if not roots and fn is not None:
+        # a tensor handed as one of the fields, which the function (a kernel's wrapper)
+        # advances in place: `bump(self.input_buffers.positions, n)`
+        for index in advanced_tensors(call, fn, fields, depth, summaries):
+            arg = _argument_at(call, fn, index)
+            spelled = ref(arg.value if isinstance(arg, ast.Subscript) else arg) if arg is not None else None
+            if spelled is not None and shared(spelled):
+                return canonical(spelled, aliases) or spelled, via, "call"
     if not roots:
         if fn is not None and roots is not None and last_name(call.func) not in advancing:
             return None  # the helper advances only objects it makes itself

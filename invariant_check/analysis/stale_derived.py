@@ -21,7 +21,22 @@ import ast
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from .derivations import STEP_GLOBS, Derivation, Table, bundled, configured, holds_layout, in_family, memos_of, module_derivations, step_field, variant_of
+from .derivations import (
+    STEP_GLOBS,
+    Derivation,
+    Table,
+    agreed,
+    bundled,
+    configured,
+    holds_layout,
+    in_family,
+    layout_state,
+    memos_of,
+    module_advances,
+    module_derivations,
+    step_field,
+    variant_of,
+)
 from .facts import last_name, ref, walk_local
 from .fields import (
     FieldFlow,
@@ -36,8 +51,10 @@ from .fields import (
     canonical,
     class_fields,
     class_of,
+    cached_properties,
     copied_from,
     covered,
+    declared_data,
     filled_from,
     inherited_callers,
     local_aliases,
@@ -237,14 +254,16 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
 def source_write(w: FieldWrite, table: Table) -> bool:
     """An advance of a field something derives from, or any write of a field a memo reads. A
     field that is itself derived (`_seq_lens_cpu`, `max_seq_len`) and that no draft step moves
-    as a source is being brought along, not moved: its own advance is the catch-up."""
+    as a source is being brought along, not moved: its own advance is the catch-up; the
+    layout itself (`positions`, `seq_lens`: see `derivations.layout_state`) is moved, whatever
+    some constructor computes it from."""
     names = {w.field, variant_of(w.field)}
     if w.sign == 1:
         if not (names & table.sources()):
             # a layout field no release derives from: what the object's class derives from it
             # is learned from the project (`DraftStep.wanted`)
             return step_field(w.field)
-        return bool(names & table.moving_sources()) or not (names & table.derived_fields())
+        return bool(names & table.moving_sources()) or not (names & table.derived_fields()) or layout_state(w.field)
     return bool(names & table.exact_sources()) or (step_field(w.field) and not (names & table.sources()))
 
 
@@ -376,6 +395,14 @@ class DraftStep:
                     d for m in dict.fromkeys(modules) for d in module_derivations(m, names)
                     if d.owner in names and (write.field in d.sources or variant_of(write.field) in d.sources) and in_family(d)
                 ]
+                if names and write.sign == 1:
+                    # ... and the fields the functions of those modules advance with it, in two
+                    # functions at least (`md.kv_lens += 1; md.max_kv_len += 1`)
+                    # (what follows the layout: a bound, a count, a shadow; two fields of the
+                    # layout itself advanced together are both moved, neither follows)
+                    fields = class_fields(cls)
+                    got += [d for d in agreed(d for m in dict.fromkeys(modules) for d in module_advances(m, write.field))
+                            if d.field in fields and not layout_state(d.field)]
             self._derivations[key] = got
         if write.sign == 1:
             return got
@@ -505,7 +532,11 @@ class DraftStep:
             given = {w.field for w in call_writes(call, self.aliases) if w.obj == write.obj and w.kind == "new"}
             copied = {w.field for w in call_writes(call, self.aliases) if w.obj == write.obj and w.kind == "copy"}
             if last_name(call.func) == "replace":
-                stale = [d for d in wanted if not variants(d) & given]
+                # a `cached_property`'s value lives in the object's `__dict__`, which a copy made
+                # through the constructor does not carry over
+                cls = class_of(self.view, write.obj, self.aliases) if write.obj else None
+                cached = cached_properties(cls) if cls is not None else set()
+                stale = [d for d in wanted if not variants(d) & given and d not in cached]
             else:
                 stale = [d for d in wanted if variants(d) & copied]
             if not stale:
@@ -642,12 +673,9 @@ def _reset_by_users(project, memo: str) -> bool:
 
 
 def _declared(cls) -> set[str]:
-    """The data fields a class and its bases declare (annotated in the class body): what a
-    metadata object carries from step to step."""
-    out: set[str] = set()
-    for c in cls.classes():
-        out.update(c.facts.fields)
-    return out
+    """The data fields a class and its bases declare: what a metadata object carries from
+    step to step (see `fields.declared_data`)."""
+    return declared_data(cls)
 
 
 def _known(view: FunctionView, func: ast.AST, obj: str, aliases: dict[str, str]) -> set[str]:

@@ -185,10 +185,36 @@ def call_advances(call: ast.Call, fn: FunctionInfo | None, *, fields: frozenset[
             if attr in fields and increments(op, delta):
                 return True
     # or a helper it calls increments one, on whatever object (`self.input_buffers`)
-    return summaries.reaches(
+    if summaries.reaches(
         fn, lambda c: False, f"increments:{sorted(fields)}",
         own=lambda facts: any(st.attr in fields and increments(st.op, st.delta) for st in facts.stores),
-    )
+    ):
+        return True
+    # or it advances a tensor it is handed as one of them (`bump(md.positions)`: a helper of
+    # any module, a Triton kernel that `tl.store`s its load plus one, through wrappers)
+    return bool(advanced_tensors(call, fn, fields, depth, summaries))
+
+
+def advanced_tensors(call: ast.Call, fn: FunctionInfo, fields: frozenset[str], depth: int, summaries) -> list[int]:
+    """The parameters of `fn` named like one of `fields`, or given one by the call, that it
+    advances in place (`tensor_writes.argument_writes`)."""
+    from .tensor_writes import ADVANCES, argument_writes
+
+    return [i for i in _handed_fields(call, fn, fields) if argument_writes(summaries, fn, i, depth) == ADVANCES]
+
+
+def _handed_fields(call: ast.Call, fn: FunctionInfo, fields: frozenset[str]) -> list[int]:
+    """The parameters of `fn` named like one of `fields`, or given one by the call."""
+    from .fields import bound_offset, parameter_index
+
+    params = fn.facts.params
+    out = [i for i, p in enumerate(params) if p in fields]
+    offset = bound_offset(call.func, fn)
+    for arg in list(call.args) + [k.value for k in call.keywords]:
+        base = arg.value if isinstance(arg, ast.Subscript) else arg
+        if (ref(base) or "").rsplit(".", 1)[-1] in fields:
+            out += [i for i in parameter_index(fn, call, offset, lambda a, arg=arg: a is arg) if i not in out]
+    return out
 
 
 # -- branches and paths ----------------------------------------------------------------------------

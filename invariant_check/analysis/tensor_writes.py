@@ -21,7 +21,7 @@ import weakref
 from typing import Iterator
 
 from .facts import last_name, ref, walk_local
-from .fields import VIEW_METHODS, added
+from .fields import ROWS_ADDED, VALUE_AT, VIEW_METHODS, added, value_argument
 from .project import FunctionInfo
 from .summaries import Summaries
 
@@ -168,17 +168,37 @@ def _own_writes(fn: ast.AST, names: set[str]) -> Iterator[int]:
         elif isinstance(sub, ast.Assign):
             for t in sub.targets:
                 if isinstance(t, ast.Subscript) and _base(t) in names:
-                    yield WRITES
+                    # `p[idx] = p[idx] + 1`: the rows named advance (not `p[:] = p + k`, as
+                    # `fields.store_writes` reads it)
+                    rows = isinstance(sub.value, ast.BinOp) and isinstance(sub.value.left, ast.Subscript)
+                    yield ADVANCES if rows and _grows(sub.value, names) else WRITES
         elif isinstance(sub, ast.Call):
             func = sub.func
             if isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_") and _base(func.value) in names:
                 if func.attr == "add_" and sub.args and _positive(sub.args[0]):
                     yield ADVANCES
+                elif func.attr in ROWS_ADDED and _positive_or_none(value_argument(sub, *ROWS_ADDED[func.attr])):
+                    yield ADVANCES  # `p.index_add_(0, idx, ones)`
+                elif func.attr in VALUE_AT and _grows(value_argument(sub, *VALUE_AT[func.attr]), names):
+                    yield ADVANCES  # `p.index_copy_(0, idx, p[idx] + 1)`, `p.copy_(p + k)`
                 elif func.attr not in ("requires_grad_", "share_memory_", "retain_grad_"):
                     yield WRITES
             for kw in sub.keywords:
                 if kw.arg == "out" and _base(kw.value) in names:
                     yield WRITES
+
+
+def _grows(value: ast.AST | None, names: set[str]) -> bool:
+    """`value` is (rows of) one of `names` plus a positive amount."""
+    if not isinstance(value, ast.BinOp) or not isinstance(value.op, ast.Add):
+        return False
+    if _base(value.left) in names:
+        return _positive(value.right)
+    return _base(value.right) in names and _positive(value.left)
+
+
+def _positive_or_none(amount: ast.AST | None) -> bool:
+    return amount is not None and _positive(amount)
 
 
 def _positive(amount: ast.AST) -> bool:

@@ -30,7 +30,7 @@ import ast
 import re
 
 from invariant_check.analysis.facts import last_name, ref, walk_local
-from invariant_check.analysis.fields import class_fields, class_of, local_aliases
+from invariant_check.analysis.fields import ROWS_ADDED, VALUE_AT, class_fields, class_of, local_aliases, value_argument
 from invariant_check.api.edits import Editor, add_keywords, block_of, collapse, statement_holding, wrapped_call
 from invariant_check.api.types import UNSAFE, Edit, Fix
 
@@ -61,7 +61,7 @@ def build(rule, report, view) -> Fix | None:
     elif len(data.get("changed") or [field]) > 1:
         return None  # several fields changed in place together: the reset follows the last of them
     else:
-        fix = _after_the_advance(ed, func, node, field, stale, view, memos)
+        fix = _after_the_advance(ed, func, node, field, stale, view, memos, set(data.get("cached_properties") or ()))
     if fix is None or not left:
         return fix
     return Fix(fix.applicability, fix.message + f" (not fixed: {', '.join(f'`{d}`' for d in left)}, recomputed from the new `{field}`)", fix.edits)
@@ -71,7 +71,7 @@ def build(rule, report, view) -> Fix | None:
 
 
 def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, stale: list[str], view,
-                       memos: set[str] = frozenset()) -> Fix | None:
+                       memos: set[str] = frozenset(), cached: set[str] = frozenset()) -> Fix | None:
     target, amount = _advance_parts(node, field)
     if target is None or amount is None:
         return None
@@ -88,7 +88,9 @@ def _after_the_advance(ed: Editor, func: ast.AST, node: ast.AST, field: str, sta
     indent = ed.indent_of(anchor) or ""
     lines = [f"# keep the fields derived from `{field}` in sync"]
     for d in stale:
-        if d in memos:
+        if d in cached:
+            lines.append(f'{x}.__dict__.pop("{d}", None)')  # read again, the property recomputes it
+        elif d in memos:
             lines.append(f"{x}.{d} = None")  # the memo's method fills it again from the new lengths
         elif d == "max_seq_len":
             if cap:
@@ -116,10 +118,17 @@ def _advance_parts(node: ast.AST, field: str) -> tuple[ast.AST | None, ast.AST |
         return obj, _added(node.value, field) if obj is not None else None
     if isinstance(node, ast.Call):
         func = node.func
-        if isinstance(func, ast.Attribute) and func.attr in ("add_", "add") and node.args:
-            holder = func.value.value if isinstance(func.value, ast.Subscript) else func.value
-            if isinstance(holder, ast.Attribute) and holder.attr == field:
+        holder = func.value.value if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Subscript) else getattr(func, "value", None)
+        if isinstance(holder, ast.Attribute) and holder.attr == field:
+            if func.attr in ("add_", "add") and node.args:
                 return holder.value, node.args[0]
+            if func.attr in ROWS_ADDED:
+                # `x.seq_lens.index_add_(0, idx, src)`: a tensor of amounts, one per row; a
+                # bound would grow by its maximum, a read the step should not pay for
+                return holder.value, None
+            if func.attr in VALUE_AT:  # `x.seq_lens.index_copy_(0, idx, x.seq_lens[idx] + k)`
+                value = value_argument(node, *VALUE_AT[func.attr])
+                return holder.value, _added(value, field) if value is not None else None
         for kw in node.keywords:  # torch.add(x.seq_lens, k, out=x.seq_lens), torch.clamp(x.seq_lens + k, ..., out=...)
             if kw.arg == "out":
                 obj = _object_of(kw.value, field)
@@ -146,11 +155,18 @@ def _added(value: ast.AST, field: str) -> ast.AST | None:
     """`k` in `X.field + k` (or `k + X.field`), also inside `min(...)`/`clamp(...)`."""
     for sub in ast.walk(value):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add):
-            if (ref(sub.left) or "").endswith("." + field):
+            if _reads(sub.left, field):
                 return sub.right
-            if (ref(sub.right) or "").endswith("." + field):
+            if _reads(sub.right, field):
                 return sub.left
     return None
+
+
+def _reads(node: ast.AST, field: str) -> bool:
+    """`X.field`, or rows of it (`X.field[idx]`)."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return (ref(node) or "").endswith("." + field)
 
 
 def _last_change(func: ast.AST, stmt: ast.stmt, field: str, x: str, ed: Editor) -> ast.stmt:
