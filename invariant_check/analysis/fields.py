@@ -541,6 +541,8 @@ def cached_properties(info: ClassInfo) -> set[str]:
 def _cached_properties(info: ClassInfo) -> set[str]:
     out: set[str] = set()
     for cls in info.classes():
+        if "cached_property" not in cls.module.source.text:
+            continue  # (the decorators are read from the parsed methods: only where it is spelled)
         for name in cls.facts.methods:
             fn = cls.module.function(f"{cls.qual}.{name}")
             node = fn.node() if fn is not None else None
