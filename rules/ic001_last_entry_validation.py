@@ -84,9 +84,11 @@ class LastEntryValidation(Rule):
       for a loop, every container it stores the value into, `d[k] = md`, `d.update(...)`,
       `xs.append(md)`, or reads it from, `for md in d.values()`, `md = d[name]`; for a pick,
       the collection it was picked from; and locals bound to one of these or built from it);
-    - or they were handed on before the check where the rule cannot follow them: the loop
-      passed each value to a call or stored it on `self` or in a parameter's container, or the
-      collection was passed to a call (`with set_forward_context(per_layer):`);
+    - or they were handed on before the check, on a path that reaches it, where the rule
+      cannot follow them: the loop passed each value to a call or stored it on `self` or in a
+      parameter's container, or the collection was passed to a call (`with
+      set_forward_context(per_layer):`); a hand-off in a branch that returns or raises is on
+      no such path;
     - or nothing after the check uses either the checked entry or the others: the check
       guards code this function does not show (its caller, a later method), which sees
       them all; a pure validator of a parameter is reported.
@@ -454,6 +456,22 @@ def test_expanded_copy_keeps_the_request(build_group_metadata, expand, prompt, s
     group_metadata = build_group_metadata([prompt], 64, [seq_len])[0]
     out = expand(group_metadata)
     assert out.request_id == group_metadata.request_id
+"""
+        ),
+        # The whole dict goes to the graph runner on a branch that returns; the path that
+        # reaches the check goes on with the checked entry alone.
+        Valid(
+            """
+def run(self, per_layer_attn_metadata, input_ids, positions):
+    if self.use_cuda_graph:
+        for md in per_layer_attn_metadata.values():
+            if not isinstance(md, AscendMetadata):
+                raise TypeError(type(md))
+        return self.graph_runner(per_layer_attn_metadata)
+    first_md = per_layer_attn_metadata[self.attn_layer_names[0]]
+    if not isinstance(first_md, AscendMetadata):
+        raise TypeError(type(first_md))
+    return self.model(input_ids=input_ids, positions=positions, attn_metadata=first_md)
 """
         ),
     ]

@@ -4,7 +4,7 @@ from typing import Any, Iterator
 
 from invariant_check.analysis.needs import Names, Words
 from invariant_check.analysis.members import delegates_attributes, installs_member, unseen_bases
-from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, declares_only
+from invariant_check.analysis.topk import ABSTRACT, INSTANCE, METHOD, NONE, PLACEHOLDER, TopkNames, TopkRoles, bound_to_none, declares_only, set_in_init_on_some_paths
 from invariant_check.api.rule import Report, Rule
 from invariant_check.api.types import Fix, Invalid, Option, Valid
 
@@ -79,10 +79,11 @@ class ReuseModeWithoutCompactionMethod(Rule):
     The compaction counts as a method or class attribute of the class or an ancestor, an
     `@abstractmethod` of an `ABC` or `Protocol` (the class cannot be built until a subclass
     implements it), or a callable bound to every instance in `__init__`
-    (`self.compact_topk_indices = functools.partial(...)`). A compaction whose body only
-    declares it (`...`, `pass`, a docstring, `raise NotImplementedError`, the unimplemented
-    member of an explicit `Protocol` base) compacts nothing: the class is reported, and the
-    message names the placeholder. Methods of the bundled models are not placeholders: their
+    (`self.compact_topk_indices = functools.partial(...)`, on every path through it: a binding
+    under one branch of an `if` leaves the other instances without one). A compaction whose
+    body only declares it (`...`, `pass`, a docstring, `raise NotImplementedError`, the
+    unimplemented member of an explicit `Protocol` base), or a class attribute bound to
+    `None`, compacts nothing: the class is reported, and the message names the placeholder. Methods of the bundled models are not placeholders: their
     bodies are left out, not empty.
 
     Not reported:
@@ -117,7 +118,9 @@ class ReuseModeWithoutCompactionMethod(Rule):
     (`self.modules()`) and the attention `impl` it keeps, holding a `topk_indices_buffer`; each
     distinct storage (`data_ptr()`) is gathered once, `buf[:n] = buf[slot_ids]`, since layers
     that share a buffer must not gather it twice. Offered for `torch.nn.Module` subclasses only
-    (the method walks `self.modules()`). The callers still need IC002's call.
+    (the method walks `self.modules()`), and not where the class binds the compaction to `None`
+    over a base's real one (dropping that line, or writing one for the subclass, is the
+    author's call). The callers still need IC002's call.
 
     ## Options
     - `switch-method` (default `set_skip_topk`): the method that turns reuse on.
@@ -458,6 +461,38 @@ class CompactingReuse(interfaces.TopkReuse):
 """,
             },
         ),
+        # The compaction is bound in `__init__` on both branches: every instance has one.
+        Valid(
+            """
+import functools
+import torch.nn as nn
+
+from .ops import triton_compact, torch_compact
+
+class Predictor(nn.Module):
+    def __init__(self, layers, use_triton: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        if use_triton:
+            self.compact_topk_indices = functools.partial(triton_compact, self.layers)
+        else:
+            self.compact_topk_indices = functools.partial(torch_compact, self.layers)
+
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            files={"ops.py": """
+def triton_compact(layers, slot_ids):
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+
+def torch_compact(layers, slot_ids):
+    triton_compact(layers, slot_ids)
+"""},
+        ),
     ]
     INVALID = [
         Invalid(
@@ -724,6 +759,61 @@ class TopkReuse(nn.Module):
 """,
             },
         ),
+        # A subclass turns the base's compaction off with `None`: its instances have nothing
+        # to call.
+        Invalid(
+            """
+from .base import SharedIndexMTP
+
+class HPUSharedIndexMTP(SharedIndexMTP):
+    compact_topk_indices = None
+
+    def set_skip_topk(self, skip: bool) -> None:
+        super().set_skip_topk(skip)
+""",
+            line=3,
+            message_contains="is `None`",
+            files={"base.py": """
+import torch.nn as nn
+
+class SharedIndexMTP(nn.Module):
+    def compact_topk_indices(self, slot_ids):
+        buf = self.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+"""},
+        ),
+        # The compaction is bound in `__init__` only when Triton is used.
+        Invalid(
+            """
+import functools
+import torch.nn as nn
+
+from .ops import triton_compact
+
+class Predictor(nn.Module):
+    def __init__(self, layers, use_triton: bool):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        if use_triton:
+            self.compact_topk_indices = functools.partial(triton_compact, self.layers)
+
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=6,
+            message_contains="on some paths only",
+            files={"ops.py": """
+def triton_compact(layers, slot_ids):
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+"""},
+        ),
     ]
 
     @classmethod
@@ -778,10 +868,13 @@ class TopkReuse(nn.Module):
         if how == PLACEHOLDER and giver is not None:
             data["placeholder"] = giver.name
             where = "its" if giver is info else f"`{giver.qual}`'s"
+            what = "is `None`" if bound_to_none(giver, compaction) else "only declares itself"
             problem = (
-                f"Class `{info.qual}` defines `{switch}` but {where} `{compaction}` only declares "
-                f"itself and compacts nothing"
+                f"Class `{info.qual}` defines `{switch}` but {where} `{compaction}` {what} "
+                f"and compacts nothing"
             )
+        elif set_in_init_on_some_paths(info, compaction):
+            problem = f"Class `{info.qual}` defines `{switch}` but its `__init__` binds `{compaction}` on some paths only"
         else:
             problem = f"Class `{info.qual}` defines `{switch}` but neither it nor a base class has `{compaction}`"
         yield Report(

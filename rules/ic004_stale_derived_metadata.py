@@ -155,8 +155,10 @@ class StaleDerivedMetadata(Rule):
     (`cls(ctx_lens=l, max_ctx_len=int(l.max()))` in a classmethod, `replace(self, ...)`), the
     constructors of the module that defines each and of the module where the step is; then the
     configuration's `derived-fields`. So a backend's new metadata class needs no
-    configuration: a step that advances a length no release names (`md.kv_lens += 1`) is
-    judged by what the class derives from it.
+    configuration: a step that advances a length no release names (`md.kv_lens += 1`,
+    `md.seq_lens_tensor += 1`, `md.decode_seq_lens += 1`; not an aggregate of them,
+    `seq_lens_sum`, nor a request's own `seq_length`) is judged by what the class derives
+    from it.
 
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
     `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, or through one
@@ -1462,6 +1464,28 @@ def draft(md: PagedMeta, num_steps: int):
             line=5,
             message_contains="`kv_bound`",
             files={"paged.py": _PAGED_BOUNDS},
+        ),
+        # The sequence lengths under another name, in a plain class of an HPU-style backend:
+        # the step moves them and leaves the decode maximum its `__init__` computed.
+        Invalid(
+            """
+import torch
+
+
+class HPUDecodeMetadata:
+    def __init__(self, seq_lens_tensor: torch.Tensor, block_list: torch.Tensor):
+        self.seq_lens_tensor = seq_lens_tensor
+        self.block_list = block_list
+        self.max_decode_seq_len = int(seq_lens_tensor.max().item())
+
+
+def draft(md: HPUDecodeMetadata, num_steps: int):
+    for _ in range(num_steps):
+        md.seq_lens_tensor += 1
+        run_draft(md)
+""",
+            line=13,
+            message_contains="`max_decode_seq_len`",
         ),
     ]
 

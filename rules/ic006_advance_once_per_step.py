@@ -89,7 +89,8 @@ class AdvanceOncePerStep(Rule):
     `input-advancing-calls` function (a kernel), or of a project function that makes one of
     these, itself or in the helpers it calls (`helper-depth` deep, through `self`, imports,
     base classes), or of a function of any module that advances a tensor it is handed as one
-    of those fields (`bump(self.input_buffers.positions, n)`, a wrapper launching a
+    of those fields, itself or through a helper it hands the field on to
+    (`bump(self.input_buffers.positions, n)`, a wrapper launching a
     `@triton.jit` kernel that `tl.store`s its own load plus one through that pointer, as
     IC004 reads kernels). It is reported when what moves *outlives the iteration*: `self` or
     something reached from it, a parameter, a local bound before the loop or bound to one
@@ -612,6 +613,28 @@ def _bump_kernel(pos_ptr, n, BLOCK: tl.constexpr):
 
 def bump_positions(pos, n):
     _bump_kernel[(1,)](pos, n, BLOCK=1024)
+"""},
+        ),
+        # Per KV-cache group, a helper of another module hands the shared positions to one
+        # that advances the tensor it is given.
+        Invalid(
+            """
+from .prep import prepare_group_inputs
+
+def propose(self, common_attn_metadata, num_reqs):
+    for gid, kv_cache_group in enumerate(self.kv_cache_config.kv_cache_groups):
+        slots = prepare_group_inputs(self.input_buffers, num_reqs, kv_cache_group)
+        self.attn_metadata[gid] = self.builders[gid].build(common_attn_metadata, slots)
+""",
+            line=5,
+            files={"prep.py": """
+def _shift(pos, n: int):
+    pos[:n] += 1
+
+
+def prepare_group_inputs(input_buffers, num_reqs, kv_cache_group):
+    _shift(input_buffers.positions, num_reqs)
+    return kv_cache_group.slots(input_buffers.positions[:num_reqs])
 """},
         ),
     ]

@@ -248,12 +248,16 @@ def _before(order: list[ast.stmt], target: _Target, state: _State) -> None:
     check_at = _pos(target.check)
     intro_at = _pos(target.intro)
     inside = _span(target.loop) if target.loop is not None else None
+    func = getattr(target.view, "node", None)
+    dead = _not_before(func.body, target.check) if isinstance(func, (*FUNCS, ast.Module)) else set()
     for st in order:
         at = _pos(st)
         if at >= check_at:
             break
         if inside is not None and inside[0] <= at <= inside[1]:
             continue
+        if id(st) in dead:
+            continue  # a branch that returns or raises: no path from it reaches the check
         if st is target.loop:
             continue
         started = at >= intro_at
@@ -288,6 +292,34 @@ def _before(order: list[ast.stmt], target: _Target, state: _State) -> None:
                     target.escaped = st
                 else:
                     target.escaped = _escape_in(expr, state.holders)
+
+
+def _not_before(body: list[ast.stmt], check: ast.stmt) -> set[int]:
+    """The statements of blocks that end in `return` or `raise` and do not hold the check:
+    earlier in the source, but on no path that reaches it."""
+    out: set[int] = set()
+
+    def holds(stmts: list[ast.stmt]) -> bool:
+        return any(sub is check for st in stmts for sub in ast.walk(st))
+
+    def visit(stmts: list[ast.stmt]) -> None:
+        if stmts and isinstance(stmts[-1], (ast.Return, ast.Raise)) and not holds(stmts):
+            out.update(id(sub) for st in stmts for sub in ast.walk(st) if isinstance(sub, ast.stmt))
+            return
+        for st in stmts:
+            if isinstance(st, (*FUNCS, ast.ClassDef)):
+                continue
+            for name in ("body", "orelse", "finalbody"):
+                block = getattr(st, name, None)
+                if isinstance(block, list) and block and isinstance(block[0], ast.stmt):
+                    visit(block)
+            for handler in getattr(st, "handlers", None) or []:
+                visit(handler.body)
+            for case in getattr(st, "cases", None) or []:
+                visit(case.body)
+
+    visit(body)
+    return out
 
 
 def _escape_in(expr: ast.AST, holders: set[str]) -> ast.AST | None:

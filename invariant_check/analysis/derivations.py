@@ -55,7 +55,16 @@ _LAYOUT_MATCH = name_matcher(LAYOUT_GLOBS, case_sensitive=True)
 # The lengths of the layout no release names (the releases' `seq_lens`, `query_start_loc`,
 # `positions`, ... are in the learned table by name): a draft step that moves one is judged
 # by what the object's class derives from it, learned where the class is read.
-STEP_GLOBS: tuple[str, ...] = tuple(f"*{w}_len*" for w in _LENGTHS if w != "seq")
+STEP_GLOBS: tuple[str, ...] = (
+    *(f"*{w}_len*" for w in _LENGTHS if w != "seq"),
+    # the sequence lengths under another name (`seq_lens_tensor`, `seq_len_tensor`,
+    # `decode_seq_lens`); not `*seq_len*`, which is every bound of them (`max_seq_len`) as
+    # well, nor a request's own `seq_length`
+    "seq_lens?*", "seq_len_*", "*_seq_lens",
+)
+# what a step field is not, however it is spelled: an aggregate of the lengths
+# (`seq_lens_sum`), which follows them
+_AGGREGATES = ("_sum", "_total", "_count")
 _STEP_MATCH = name_matcher(STEP_GLOBS, case_sensitive=True)
 
 
@@ -67,8 +76,9 @@ def layout_field(name: str) -> bool:
 def step_field(name: str) -> bool:
     """Whether a field is a length of the layout by its spelling (`STEP_GLOBS`: `kv_lens`,
     `context_lens`, `ctx_lens`, `cache_lens`, `history_lengths`, ...): a step that moves it may leave what a
-    class derives from it behind, whatever the class calls the derived field."""
-    return _STEP_MATCH(name)
+    class derives from it behind, whatever the class calls the derived field. Not an
+    aggregate of them (`seq_lens_sum`)."""
+    return _STEP_MATCH(name) and not name.endswith(_AGGREGATES)
 
 
 def layout_state(name: str) -> bool:

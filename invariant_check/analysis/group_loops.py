@@ -35,7 +35,7 @@ from .needs import Names
 from .objects import canonical
 from .project import FunctionInfo
 from .singletons import attribute_holds_one, guarantee_of, guaranteed_single, one_element, self_attribute, spellings
-from .steps import advanced_tensors, call_advances, increments, passed_values
+from .steps import advanced_tensors, call_advances, handed_field_advances, increments, passed_values
 
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
 _LOOPS = (ast.For, ast.AsyncFor, ast.While)
@@ -473,6 +473,12 @@ def _advanced(summaries, fn: FunctionInfo, fields, advancing, depth, visiting) -
                 got = where(spelled)
                 if got is not None:
                     out.add(got)
+    # a field of a parameter handed to a function that advances the tensor it is given
+    # (`_shift(input_buffers.positions, n)`), whatever that function calls its parameter
+    for spelled in handed_field_advances(summaries, fn, fields, depth):
+        got = where(spelled)
+        if got is not None:
+            out.add(got)
     if depth > 0:
         for callee in summaries.callees(fn):
             target = callee.function

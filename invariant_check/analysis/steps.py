@@ -192,7 +192,32 @@ def call_advances(call: ast.Call, fn: FunctionInfo | None, *, fields: frozenset[
         return True
     # or it advances a tensor it is handed as one of them (`bump(md.positions)`: a helper of
     # any module, a Triton kernel that `tl.store`s its load plus one, through wrappers)
-    return bool(advanced_tensors(call, fn, fields, depth, summaries))
+    return bool(advanced_tensors(call, fn, fields, depth, summaries)) or bool(handed_field_advances(summaries, fn, fields, depth))
+
+
+def handed_field_advances(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> list[str]:
+    """The fields (as `fn` spells them: `input_buffers.positions`) that `fn`, or a helper it
+    calls, hands on to a function that advances the tensor it is given in place
+    (`_shift(input_buffers.positions, n)` where `_shift` does `positions[:n] += 1`)."""
+    from .tensor_writes import ADVANCES, argument_writes
+
+    out: list[str] = []
+    if depth <= 0:
+        return out
+    for callee in summaries.callees(fn):
+        target = callee.function
+        if target is None:
+            continue
+        call = callee.call
+        params = target.facts.params
+        offset = 1 if (target.facts.cls is not None and call.recv is not None and params[:1] in (["self"], ["cls"])) else 0
+        given = [(pos + offset, a) for pos, a in enumerate(call.args)] + [
+            (params.index(k), v) for k, v in call.kwargs.items() if k in params]
+        for index, spelled in given:
+            if spelled and "." in spelled and spelled.rsplit(".", 1)[-1] in fields and index < len(params):
+                if argument_writes(summaries, target, index, depth - 1) == ADVANCES:
+                    out.append(spelled)
+    return out
 
 
 def advanced_tensors(call: ast.Call, fn: FunctionInfo, fields: frozenset[str], depth: int, summaries) -> list[int]:

@@ -41,6 +41,7 @@ switch (`set_skip_topk(True)`) makes later draft steps reuse it, and a compactio
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -388,6 +389,8 @@ def member_kind(owner: ClassInfo, name: str) -> str:
     value = owner.own_members().get(name)
     if value is not None:
         return METHOD
+    if name not in owner.facts.methods and bound_to_none(owner, name):
+        return PLACEHOLDER  # `compact_topk_indices = None` in the class body: nothing to call
     fn = owner.module.function(f"{owner.qual}.{name}")
     if fn is None or fn.opaque:
         return METHOD  # defined on every branch of an `if`, or not modelled: taken as real
@@ -397,6 +400,16 @@ def member_kind(owner: ClassInfo, name: str) -> str:
     if any(last_name(d) == "abstractmethod" for d in getattr(node, "decorator_list", [])) and _abstract_enforced(owner):
         return ABSTRACT
     return PLACEHOLDER
+
+
+def bound_to_none(owner: ClassInfo, name: str) -> bool:
+    """The class body binds `name = None` (or `name: T = None`)."""
+    text = owner.module.source.text
+    pattern = re.compile(rf"^[ \t]+{re.escape(name)}[ \t]*(?::[^=\n]*)?=[ \t]*None[ \t]*(?:#.*)?$", re.M)
+    for chunk in owner.module.class_chunks(owner.qual):
+        if pattern.search(text, chunk.start, chunk.end):
+            return True
+    return False
 
 
 def _abstract_enforced(cls: ClassInfo) -> bool:
@@ -413,10 +426,20 @@ def _abstract_enforced(cls: ClassInfo) -> bool:
     return False
 
 
+def set_in_init_on_some_paths(cls: ClassInfo, name: str) -> bool:
+    """Whether an `__init__` of the class or a base stores `self.<name>` at all."""
+    for info in cls.classes():
+        fn = info.module.function(f"{info.qual}.__init__") if "__init__" in info.own_members() else None
+        if fn is not None and fn.facts.params and any(st.target == fn.facts.params[0] and st.attr == name and st.op == "=" for st in fn.facts.stores):
+            return True
+    return False
+
+
 def set_in_init(cls: ClassInfo, name: str) -> bool:
-    """Whether an `__init__` of the class or a base binds `self.<name>` to a value that is
-    not a literal (`self.compact = functools.partial(...)`, `= self._gather`, `= lambda
-    ...`): every instance then has that attribute, as if it were a method."""
+    """Whether an `__init__` of the class or a base binds `self.<name>`, on every path through
+    it, to a value that is not a literal (`self.compact = functools.partial(...)`, `=
+    self._gather`, `= lambda ...`): every instance then has that attribute, as if it were a
+    method. A binding under an `if` of one branch leaves the other instances without it."""
     for info in cls.classes():
         if "__init__" not in info.own_members():
             continue
@@ -427,11 +450,31 @@ def set_in_init(cls: ClassInfo, name: str) -> bool:
         if not any(st.target == me and st.attr == name and st.op == "=" for st in fn.facts.stores):
             continue
         node = fn.node()
-        for sub in walk_local(node) if node is not None else ():
+
+        def binds(sub: ast.stmt) -> bool:
             if isinstance(sub, (ast.Assign, ast.AnnAssign)) and sub.value is not None and not isinstance(sub.value, ast.Constant):
                 targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
-                if any(isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name) and t.value.id == me for t in targets):
-                    return True
+                return any(isinstance(t, ast.Attribute) and t.attr == name and isinstance(t.value, ast.Name) and t.value.id == me for t in targets)
+            return False
+
+        if node is not None and _on_every_path(node.body, binds):
+            return True
+    return False
+
+
+def _on_every_path(stmts: list[ast.stmt], test) -> bool:
+    """Whether every path through the block runs a statement for which `test` holds (an `if`
+    counts when both its branches do; the bodies of `with` and `try` run)."""
+    for st in stmts:
+        if test(st):
+            return True
+        if isinstance(st, ast.If) and _on_every_path(st.body, test) and _on_every_path(st.orelse, test):
+            return True
+        if isinstance(st, (ast.With, ast.AsyncWith)) and _on_every_path(st.body, test):
+            return True
+        if isinstance(st, ast.Try) and (_on_every_path(st.body, test) and all(_on_every_path(h.body, test) for h in st.handlers)
+                                        or _on_every_path(st.finalbody, test)):
+            return True
     return False
 
 
