@@ -837,6 +837,24 @@ def propose(self, inputs, token_indices_to_sample):
             self.model.model.set_skip_topk(True)
 """
         ),
+        # Every case of a `match` compacts, the last one for any other backend: no path is
+        # left without the compaction.
+        Valid(
+            """
+def propose(self, draft, token_indices_to_sample, input_ids, positions):
+    hidden = self.model(input_ids, positions)
+    draft.set_skip_topk(True)
+    match self.backend:
+        case "triton":
+            draft.compact_topk_indices(token_indices_to_sample, kernel="triton")
+        case _:
+            draft.compact_topk_indices(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(input_ids, positions)
+    draft.set_skip_topk(False)
+    return hidden
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.

@@ -1487,6 +1487,61 @@ def draft(md: HPUDecodeMetadata, num_steps: int):
             line=13,
             message_contains="`max_decode_seq_len`",
         ),
+        # lmdeploy-style lengths in one word (`kv_seqlens`), and a factory that passes the
+        # derived block count by position: the step's new object copies the old count.
+        Invalid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class StepContext:
+    kv_seqlens: torch.Tensor
+    block_offsets: torch.Tensor
+    num_blocks: torch.Tensor
+
+    @classmethod
+    def new(cls, kv_seqlens, block_offsets, block_size: int):
+        return cls(kv_seqlens, block_offsets, (kv_seqlens + block_size - 1) // block_size)
+
+
+def draft(ctx: StepContext, num_steps: int):
+    for _ in range(num_steps):
+        ctx = StepContext(kv_seqlens=ctx.kv_seqlens + 1, block_offsets=ctx.block_offsets, num_blocks=ctx.num_blocks)
+        run_draft(ctx)
+""",
+            line=19,
+            message_contains="`num_blocks`",
+        ),
+        # The offsets are filled into a buffer the factory allocated; a copy with longer
+        # sequences keeps them.
+        Invalid(
+            """
+from dataclasses import dataclass, replace
+
+import torch
+
+
+@dataclass
+class TreeLevel:
+    seq_lens: torch.Tensor
+    cu_seqlens_k: torch.Tensor
+
+    @classmethod
+    def make(cls, seq_lens):
+        cu = torch.zeros(seq_lens.numel() + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(seq_lens, 0)
+        return cls(seq_lens=seq_lens, cu_seqlens_k=cu)
+
+
+def widen(level: TreeLevel, width: int) -> TreeLevel:
+    return replace(level, seq_lens=level.seq_lens + width)
+""",
+            line=19,
+            message_contains="`cu_seqlens_k`",
+        ),
     ]
 
     @classmethod

@@ -456,6 +456,24 @@ def draft(self, common, positions):
             per_layer_md[name] = fresh
 """
         ),
+        # A helper of another module moves the inputs and the metadata's own fields with them.
+        Valid(
+            """
+from .steps import advance_decode
+
+def generate(self, input_ids, positions, attn_md):
+    for _ in range(self.num_steps):
+        hidden = self.model(input_ids, positions, attn_md)
+        input_ids = self.sample(hidden)
+        advance_decode(attn_md, positions)
+""",
+            files={"steps.py": """
+def advance_decode(md, positions):
+    positions += 1
+    md.seq_lens += 1
+    md.max_seq_len += 1
+"""},
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.

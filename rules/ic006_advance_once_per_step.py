@@ -377,6 +377,22 @@ def step(self, common_attn_metadata):
         group.builder.build(common_attn_metadata)
 """,
         ),
+        # A helper that advances the metadata it is given, called once per step outside the
+        # group loop (the loop only stores each group's build per layer).
+        Valid(
+            """
+from .inputs import advance_metadata
+
+def propose(self, common_attn_metadata):
+    for step in range(1, self.num_steps):
+        advance_metadata(common_attn_metadata)
+        for group in self.draft_attn_groups:
+            md = group.builder.build_for_drafting(common_attn_metadata, step)
+            for name in group.layer_names:
+                self.per_layer[name] = md
+""",
+            files={"inputs.py": _INPUTS},
+        ),
     ]
 
     INVALID = [
@@ -636,6 +652,17 @@ def prepare_group_inputs(input_buffers, num_reqs, kv_cache_group):
     _shift(input_buffers.positions, num_reqs)
     return kv_cache_group.slots(input_buffers.positions[:num_reqs])
 """},
+        ),
+        # A local bound to the shared positions, moved by `copy_` once per group.
+        Invalid(
+            """
+def propose(self, common_attn_metadata):
+    positions = self.input_buffers.positions
+    for gid in range(len(self.kv_cache_groups)):
+        positions.copy_(positions + 1)
+        self.attn_metadata[gid] = self.builders[gid].build(common_attn_metadata)
+""",
+            line=4,
         ),
     ]
 

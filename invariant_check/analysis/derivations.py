@@ -61,6 +61,9 @@ STEP_GLOBS: tuple[str, ...] = (
     # `decode_seq_lens`); not `*seq_len*`, which is every bound of them (`max_seq_len`) as
     # well, nor a request's own `seq_length`
     "seq_lens?*", "seq_len_*", "*_seq_lens",
+    # ... and spelled in one word (lmdeploy's `kv_seqlens`, `kv_seqlen`); not the offsets
+    # computed from them (`cu_seqlens_k`, see `step_field`)
+    "*_seqlens", "*_seqlen",
 )
 # what a step field is not, however it is spelled: an aggregate of the lengths
 # (`seq_lens_sum`), which follows them
@@ -77,8 +80,9 @@ def step_field(name: str) -> bool:
     """Whether a field is a length of the layout by its spelling (`STEP_GLOBS`: `kv_lens`,
     `context_lens`, `ctx_lens`, `cache_lens`, `history_lengths`, ...): a step that moves it may leave what a
     class derives from it behind, whatever the class calls the derived field. Not an
-    aggregate of them (`seq_lens_sum`)."""
-    return _STEP_MATCH(name) and not name.endswith(_AGGREGATES)
+    aggregate of them (`seq_lens_sum`), nor the offsets or bounds computed from them
+    (`cu_seqlens_k`, `max_kv_seqlen`)."""
+    return _STEP_MATCH(name) and not name.endswith(_AGGREGATES) and not name.startswith(("cu_", "max_", "min_"))
 
 
 def layout_state(name: str) -> bool:
@@ -287,6 +291,7 @@ def _memos_of(info) -> list[Derivation]:
     out: list[Derivation] = []
     if not holds_layout(fields):
         return out
+    order: list[str] | None = None
     for cls in info.classes():
         where = cls.module.project.display(cls.module.path)
         for name in cls.facts.methods:
@@ -304,11 +309,13 @@ def _memos_of(info) -> list[Derivation]:
                         for d in _assigned_derivation(sub, where, f"{cls.name}.{name}", kept):
                             if d.field in fields and set(d.sources) & fields and in_family(d):
                                 out.append(d)
-                    elif isinstance(sub, ast.Call) and len(sub.keywords) >= 2 and _makes_own(sub, cls.name, me):
+                    elif isinstance(sub, ast.Call) and len(sub.keywords) + len(sub.args) >= 2 and _makes_own(sub, cls.name, me):
                         # the class's own factory (`cls(kv_lens=l, max_kv_len=int(l.max()))`,
-                        # `replace(self, ...)`): what it computes is the class's derivation
+                        # `replace(self, ...)`): what it computes is the class's derivation;
+                        # positional arguments are its fields in order
                         values = _single_bindings(node) if values is None else values
-                        for d in _keyword_derivations(sub, values, where, f"{cls.name}.{name}"):
+                        call = _by_keyword(sub, order if order is not None else (order := _init_order(info)))
+                        for d in _keyword_derivations(call, values, where, f"{cls.name}.{name}"):
                             if d.field in fields and in_family(d):
                                 out.append(Derivation(d.field, d.sources, d.kind, d.where, d.how, cls.name, d.function))
     return out
@@ -328,6 +335,27 @@ def _kept_parameters(fn: ast.AST, me: str | None) -> dict[str, str]:
                 if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == me:
                     out.setdefault(sub.value.id, t.attr)
     return out
+
+
+def _init_order(info) -> list[str]:
+    """The names a call of the class takes by position: its `__init__`'s parameters, else a
+    dataclass's fields in the order the class body (and its bases, first) declares them."""
+    init = info.method("__init__")
+    if init is not None and init.facts.params:
+        return list(init.facts.params[1:])
+    out: list[str] = []
+    for cls in reversed(info.classes()):
+        out.extend(f for f in cls.facts.fields if f not in out)
+    return out
+
+
+def _by_keyword(call: ast.Call, order: list[str]) -> ast.Call:
+    """`call` with its positional arguments given as keywords of the names in `order`."""
+    if not call.args or last_name(call.func) == "replace" or any(isinstance(a, ast.Starred) for a in call.args):
+        return call
+    given = {k.arg for k in call.keywords}
+    extra = [ast.keyword(arg=n, value=a) for n, a in zip(order, call.args) if n not in given]
+    return ast.Call(func=call.func, args=[], keywords=extra + list(call.keywords))
 
 
 def _makes_own(call: ast.Call, name: str, me: str | None) -> bool:
@@ -528,7 +556,15 @@ def _single_bindings(fn: ast.AST) -> dict[str, ast.AST]:
             for e in ast.walk(sub.optional_vars):
                 if isinstance(e, ast.Name):
                     count[e.id] = count.get(e.id, 0) + 2
-    return {k: v for k, v in value.items() if count.get(k) == 1}
+    out = {k: v for k, v in value.items() if count.get(k) == 1}
+    # a local allocated, then filled in place (`cu = torch.zeros(n + 1); cu[1:] =
+    # torch.cumsum(seq_lens, 0)`): its values are what the fills store
+    for sub in walk_local(fn):
+        if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Subscript):
+            holder = sub.targets[0].value
+            if isinstance(holder, ast.Name) and holder.id in out:
+                out[holder.id] = ast.Tuple(elts=[out[holder.id], sub.value], ctx=ast.Load())
+    return out
 
 
 # methods that hand the same values on (a view, a copy to another device or dtype)

@@ -201,11 +201,17 @@ def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int |
 
 
 def local_increment(call: ast.Call) -> str | None:
-    """The local a call increments in place: `positions.add_(1)`,
-    `torch.add(positions, 1, out=positions)`; None otherwise."""
+    """The local a call increments in place: `positions.add_(1)`, `positions.copy_(positions +
+    1)`, `torch.add(positions, 1, out=positions)`; None otherwise."""
     func = call.func
     if isinstance(func, ast.Attribute) and func.attr == "add_" and isinstance(func.value, ast.Name) and call.args:
         return func.value.id if added(ast.Add(), call.args[0]) == 1 else None
+    if isinstance(func, ast.Attribute) and func.attr == "copy_" and isinstance(func.value, ast.Name) and call.args:
+        # `positions.copy_(positions + 1)`
+        value = call.args[0]
+        if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add) and isinstance(value.left, ast.Name) and value.left.id == func.value.id:
+            return func.value.id if added(ast.Add(), value.right) == 1 else None
+        return None
     if last_name(func) == "add" and len(call.args) >= 2:
         out = next((k.value for k in call.keywords if k.arg == "out"), None)
         if isinstance(out, ast.Name) and isinstance(call.args[0], ast.Name) and call.args[0].id == out.id:

@@ -275,6 +275,10 @@ class Flow:
                 if case.guard is not None:
                     cp = self._expr(case.guard, cp)
                 ends |= self._block(case.body, cp)
+            # no case matched: not after an irrefutable last case (`case _:`, `case x:`)
+            last = st.cases[-1] if st.cases else None
+            if last is not None and last.guard is None and type(last.pattern).__name__ == "MatchAs" and last.pattern.pattern is None:
+                return ends
             return ends | preds
         if isinstance(st, (ast.Delete,)):
             for t in st.targets:

@@ -248,6 +248,10 @@ class MetadataSteps:
         for i in self.params_receiving(call, fn, md):
             if flows_to(self.summaries, fn, i, test, key) or fills(self.summaries, fn, i):
                 return True
+            if i >= bound_offset(call.func, fn) and self.summaries.fields_written(fn, i):
+                # the helper moves the metadata's own fields with the inputs, in place (as a
+                # write of them in the loop does)
+                return True
         # `self.md` written by a method of the same instance (bound anew: not for a local
         # that took it before)
         if own_method:

@@ -192,7 +192,18 @@ def call_advances(call: ast.Call, fn: FunctionInfo | None, *, fields: frozenset[
         return True
     # or it advances a tensor it is handed as one of them (`bump(md.positions)`: a helper of
     # any module, a Triton kernel that `tl.store`s its load plus one, through wrappers)
-    return bool(advanced_tensors(call, fn, fields, depth, summaries)) or bool(handed_field_advances(summaries, fn, fields, depth))
+    return bool(advanced_tensors(call, fn, fields, depth, summaries)) or _hands_a_field_on(summaries, fn, fields, depth, set())
+
+
+def _hands_a_field_on(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int, seen: set) -> bool:
+    """`handed_field_advances` of `fn` or of a helper it calls, `depth` calls deep."""
+    ident = (str(fn.module.path), fn.qual)
+    if depth <= 0 or ident in seen:
+        return False
+    seen.add(ident)
+    if handed_field_advances(summaries, fn, fields, depth):
+        return True
+    return any(c.function is not None and _hands_a_field_on(summaries, c.function, fields, depth - 1, seen) for c in summaries.callees(fn))
 
 
 def handed_field_advances(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> list[str]:
