@@ -1542,6 +1542,33 @@ def widen(level: TreeLevel, width: int) -> TreeLevel:
             line=19,
             message_contains="`cu_seqlens_k`",
         ),
+        # A class's own host copy named `seq_lens_cpu` (a plain field, not vLLM's cached
+        # `_seq_lens_cpu`): the fix advances it under the class's name.
+        Invalid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DraftBatch:
+    seq_lens: torch.Tensor
+    seq_lens_cpu: torch.Tensor
+
+    @classmethod
+    def make(cls, seq_lens):
+        return cls(seq_lens=seq_lens, seq_lens_cpu=seq_lens.cpu())
+
+
+def draft(batch: DraftBatch, num_steps: int):
+    for _ in range(num_steps):
+        batch.seq_lens += 1
+        run_draft(batch)
+""",
+            line=18,
+            message_contains="`seq_lens_cpu` of `batch`",
+        ),
     ]
 
     @classmethod

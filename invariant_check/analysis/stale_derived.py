@@ -439,7 +439,12 @@ class DraftStep:
 
     def evidence(self, write: FieldWrite, stale: list[str]) -> dict[str, Derivation]:
         out: dict[str, Derivation] = {}
-        for d in self.derivations(write):
+        ds = self.derivations(write)
+        # the derivation of the very field named first, then one of its backing store
+        for d in ds:
+            if d.field in stale and d.field not in out:
+                out[d.field] = d
+        for d in ds:
             for name in stale:
                 if name not in out and variants(name) & variants(d.field):
                     out[name] = d
@@ -475,9 +480,11 @@ class DraftStep:
         # or, where the object's class is unknown, one known to hold that very cache; a
         # runner's plain `seq_lens_cpu` buffer is not `CommonAttentionMetadata`'s memo
         owners = {c.name.rsplit(".", 1)[-1] for c in cls.classes()} if cls is not None else None
+        # (a memo the releases show, of no named class, is the object's when it holds that
+        # very field: a class's own `seq_lens_cpu` host copy is not `_seq_lens_cpu`'s cache)
         memo_ok = {
             d.field for d in ds if d.exact
-            and (d.field in known if owners is None else (d.owner is None or d.owner.rsplit(".", 1)[-1] in owners))
+            and (d.field in known if owners is None or d.owner is None else d.owner.rsplit(".", 1)[-1] in owners)
         }
         derived = [d for d in derived if d not in exact or d in memo_ok]
         source = filled_from(write, self.aliases)
