@@ -213,9 +213,11 @@ class StaleDerivedMetadata(Rule):
     `replace(cad, seq_lens=cad.seq_lens + n, max_seq_len=cad.max_seq_len + n, ...)`.
 
     ## What it proves
-    A copy on the same device (`clone()`), a view (`kv_lens[:n]`) and a field named as a
-    snapshot (`orig_*`, `prev_*`, `old_*`, `init_*`, `saved_*`) are not derived: a view shares
-    the storage, a snapshot is kept from before the step on purpose.
+    A copy on the same device (`clone()`), a view (`kv_lens[:n]`) and a copy into a field named
+    as a snapshot (`orig_*`, `prev_*`, `old_*`, `init_*`, `saved_*`) are not learned as derived
+    from the tensor they copy: a view shares the storage, a snapshot is kept from before the
+    step on purpose. (A value a constructor computes from the lengths is derived whatever its
+    name: SGLang's `orig_seq_lens` is, as its own code builds it.)
 
     A derived field counts only if the object is *known to have it*: its class declares it as
     data (a dataclass field, a class attribute, an attribute its methods assign on `self`;

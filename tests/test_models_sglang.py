@@ -140,7 +140,8 @@ def test_ic004_reads_forward_batch_from_the_sglang_model(tmp_path, bare):
     findings, outside = _lint(root, bare)
     assert [(f["rule"], f["line"]) for f in findings] == [("IC004", 5)]
     stale = findings[0]["data"]["stale_fields"]
-    assert {"_seq_lens_cpu", "seq_lens_sum", "out_cache_loc"} <= set(stale), stale
+    # (SGLang's host copy is its own `seq_lens_cpu` field, not vLLM's cached `_seq_lens_cpu`)
+    assert {"seq_lens_cpu", "seq_lens_sum", "out_cache_loc"} <= set(stale), stale
     evidence = findings[0]["data"]["derivations"]
     assert evidence["seq_lens_sum"]["where"].startswith("sglang 0.5.23 sglang/")
     assert outside["sglang.srt.model_executor.forward_batch_info"] == "bundled model (sglang 0.5.23)"
