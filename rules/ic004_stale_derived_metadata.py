@@ -7,7 +7,7 @@ from typing import Any, Iterator
 
 from invariant_check.analysis.derivations import Derivation
 from invariant_check.analysis.facts import last_name, ref
-from invariant_check.analysis.fields import ROWS_ADDED, VALUE_AT, FieldWrite, value_argument, variants
+from invariant_check.analysis.fields import ROWS_ADDED, VALUE_AT, FieldWrite, reads_field, value_argument, variants
 from invariant_check.analysis.needs import Need
 from invariant_check.analysis.stale_derived import increment_need, learned_table, spells_write, stale_derived
 from invariant_check.analysis.views import FunctionView
@@ -1701,7 +1701,7 @@ def _amount_text(view: FunctionView, write: FieldWrite) -> str:
     elif isinstance(node, ast.Call) and write.kind == "set":
         # `x.seq_lens.add_(k)`; `torch.add(x.seq_lens, k, out=x.seq_lens)`: the operand
         # that is not the field itself
-        operands = [a for a in node.args if not _reads_field(a, write.field)]
+        operands = [a for a in node.args if not reads_field(a, write.field)]
         if operands:
             return view.text(operands[0])
     if isinstance(node, ast.Call) and value is None:
@@ -1711,18 +1711,11 @@ def _amount_text(view: FunctionView, write: FieldWrite) -> str:
     if value is not None:
         for sub in ast.walk(value):
             if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add):
-                if _reads_field(sub.left, write.field):
+                if reads_field(sub.left, write.field):
                     return view.text(sub.right)
-                if _reads_field(sub.right, write.field):
+                if reads_field(sub.right, write.field):
                     return view.text(sub.left)
     return "1"
-
-
-def _reads_field(node: ast.AST, field: str) -> bool:
-    """`x.field`, or rows of it (`x.field[idx]`)."""
-    if isinstance(node, ast.Subscript):
-        node = node.value
-    return (ref(node) or "").endswith("." + field)
 
 
 def _wrap(amount: str) -> str:

@@ -155,11 +155,16 @@ def class_memos(node: ast.ClassDef, data_fields: Iterable[str], where: str, owne
     return out
 
 
+def is_cached_property(fn: ast.AST) -> bool:
+    """A method decorated `@cached_property` (`functools.cached_property`)."""
+    return any(last_name(d) == "cached_property" for d in getattr(fn, "decorator_list", ()))
+
+
 def method_memos(item: ast.AST, fields: set[str], where: str, owner: str | None) -> list[Derivation]:
     if not item.args.args:
         return []
     me = item.args.args[0].arg
-    if any(last_name(d) == "cached_property" for d in item.decorator_list):
+    if is_cached_property(item):
         # `@cached_property def req_of_token(self)`: computed on the first read, then kept
         # on the object under the method's own name
         sources = sorted(a for a in _read_self_attrs(item, me) if a != item.name and a in fields)
@@ -191,8 +196,6 @@ def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
     named classes (`Meta(seq_lens=s, total=int(s.sum()))`), learned once per module and class
     name. Only the definitions that spell the name are read, through the module's own parsed
     chunks (the ones the rules share): the module is never parsed again whole."""
-    from .needs import Words
-
     cache = module.__dict__.setdefault("_derivations", {})
     out: list[Derivation] = []
     for name in class_names:
@@ -201,22 +204,13 @@ def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
             got = []
             if name + "(" in module.source.text:
                 where = module.project.display(module.path)
-                seen: set[int] = set()
-                for chunk in module.leaf_chunks(Words(name)):
-                    try:
-                        own, extra = module.statements(chunk)
-                    except (SyntaxError, ValueError, MemoryError, RecursionError):
-                        continue
-                    for fn in _functions(ast.Module(body=list(own) + list(extra), type_ignores=[])):
-                        if id(fn) in seen:
-                            continue
-                        seen.add(id(fn))
-                        values = None
-                        for sub in walk_local(fn):
-                            if isinstance(sub, ast.Call) and last_name(sub.func) == name and len(sub.keywords) >= 2:
-                                if values is None:
-                                    values = _single_bindings(fn)
-                                got.extend(_keyword_derivations(sub, values, where, fn.name))
+                for fn in _functions_spelling(module, name):
+                    values = None
+                    for sub in walk_local(fn):
+                        if isinstance(sub, ast.Call) and last_name(sub.func) == name and len(sub.keywords) >= 2:
+                            if values is None:
+                                values = _single_bindings(fn)
+                            got.extend(_keyword_derivations(sub, values, where, fn.name))
             cache[name] = got
         out.extend(got)
     return out
@@ -227,26 +221,32 @@ def module_advances(module, field: str) -> list[Derivation]:
     `field`, by the same amount (`md.kv_lens += 1; md.max_kv_len += 1`): `advanced-with`
     derivations, one per function, learned once per module and field from the chunks that
     spell the field (as `module_derivations`)."""
-    from .needs import Words
-
     cache = module.__dict__.setdefault("_advances", {})
     got = cache.get(field)
     if got is None:
         got = []
         if field in module.source.text:
             where = module.project.display(module.path)
-            seen: set[int] = set()
-            for chunk in module.leaf_chunks(Words(field)):
-                try:
-                    own, extra = module.statements(chunk)
-                except (SyntaxError, ValueError, MemoryError, RecursionError):
-                    continue
-                for fn in _functions(ast.Module(body=list(own) + list(extra), type_ignores=[])):
-                    if id(fn) not in seen:
-                        seen.add(id(fn))
-                        got.extend(d for d in _advanced_together(fn, where, fn.name) if field in d.sources)
+            for fn in _functions_spelling(module, field):
+                got.extend(d for d in _advanced_together(fn, where, fn.name) if field in d.sources)
         cache[field] = got
     return got
+
+
+def _functions_spelling(module, word: str) -> Iterator[ast.AST]:
+    """Each function of the module's parsed chunks that spell `word`, once."""
+    from .needs import Words
+
+    seen: set[int] = set()
+    for chunk in module.leaf_chunks(Words(word)):
+        try:
+            own, extra = module.statements(chunk)
+        except (SyntaxError, ValueError, MemoryError, RecursionError):
+            continue
+        for fn in _functions(ast.Module(body=list(own) + list(extra), type_ignores=[])):
+            if id(fn) not in seen:
+                seen.add(id(fn))
+                yield fn
 
 
 def agreed(derivations: Iterable[Derivation], functions: int = 2) -> list[Derivation]:
@@ -484,7 +484,7 @@ def declared_fields(node: ast.ClassDef) -> set[str]:
     """The names a class body declares with an annotation (a dataclass's fields), and its
     `cached_property`s (kept on the object once read)."""
     return {item.target.id for item in node.body if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)} | {
-        item.name for item in node.body if isinstance(item, FUNCS) and any(last_name(d) == "cached_property" for d in item.decorator_list)
+        item.name for item in node.body if isinstance(item, FUNCS) and is_cached_property(item)
     }
 
 
@@ -497,7 +497,7 @@ def own_data_fields(node: ast.ClassDef) -> set[str]:
         elif isinstance(item, ast.Assign):
             out.update(t.id for t in item.targets if isinstance(t, ast.Name))
         elif isinstance(item, FUNCS) and item.args.args:
-            if any(last_name(d) == "cached_property" for d in item.decorator_list):
+            if is_cached_property(item):
                 out.add(item.name)  # kept on the object once read
             me = item.args.args[0].arg
             for sub in walk_local(item):

@@ -421,6 +421,13 @@ VALUE_AT = {
 ROWS_ADDED = {"index_add_": (2, "source"), "scatter_add_": (2, "src")}
 
 
+def reads_field(node: ast.AST, field: str) -> bool:
+    """`x.field`, or rows of it (`x.field[idx]`)."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    return (ref(node) or "").endswith("." + field)
+
+
 def value_argument(call: ast.Call, position: int, keyword: str) -> ast.AST | None:
     if len(call.args) > position:
         return call.args[position]
@@ -545,6 +552,8 @@ def cached_properties(info: ClassInfo) -> set[str]:
 
 
 def _cached_properties(info: ClassInfo) -> set[str]:
+    from .derivations import is_cached_property
+
     out: set[str] = set()
     for cls in info.classes():
         if "cached_property" not in cls.module.source.text:
@@ -552,7 +561,7 @@ def _cached_properties(info: ClassInfo) -> set[str]:
         for name in cls.facts.methods:
             fn = cls.module.function(f"{cls.qual}.{name}")
             node = fn.node() if fn is not None else None
-            if node is not None and any(last_name(d) == "cached_property" for d in node.decorator_list):
+            if node is not None and is_cached_property(node):
                 out.add(name)
     return out
 

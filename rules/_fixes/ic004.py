@@ -30,7 +30,7 @@ import ast
 import re
 
 from invariant_check.analysis.facts import last_name, ref, walk_local
-from invariant_check.analysis.fields import ROWS_ADDED, VALUE_AT, class_fields, class_of, local_aliases, value_argument
+from invariant_check.analysis.fields import ROWS_ADDED, VALUE_AT, class_fields, class_of, local_aliases, reads_field, value_argument
 from invariant_check.api.edits import Editor, add_keywords, block_of, collapse, statement_holding, wrapped_call
 from invariant_check.api.types import UNSAFE, Edit, Fix
 
@@ -155,18 +155,11 @@ def _added(value: ast.AST, field: str) -> ast.AST | None:
     """`k` in `X.field + k` (or `k + X.field`), also inside `min(...)`/`clamp(...)`."""
     for sub in ast.walk(value):
         if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add):
-            if _reads(sub.left, field):
+            if reads_field(sub.left, field):
                 return sub.right
-            if _reads(sub.right, field):
+            if reads_field(sub.right, field):
                 return sub.left
     return None
-
-
-def _reads(node: ast.AST, field: str) -> bool:
-    """`X.field`, or rows of it (`X.field[idx]`)."""
-    if isinstance(node, ast.Subscript):
-        node = node.value
-    return (ref(node) or "").endswith("." + field)
 
 
 def _last_change(func: ast.AST, stmt: ast.stmt, field: str, x: str, ed: Editor) -> ast.stmt:
