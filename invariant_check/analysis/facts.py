@@ -441,6 +441,13 @@ def call_fact(call: ast.Call) -> CallFact:
     )
 
 
+# the nodes `function_facts` reads; any other node is passed over at the cost of one lookup
+_FACT_NODES = frozenset({
+    ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension,
+    ast.NamedExpr, ast.Import, ast.ImportFrom, ast.Assert, ast.If, ast.With, ast.AsyncWith,
+})
+
+
 def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls: str | None) -> FunctionFacts:
     args = node.args
     params = [a.arg for a in args.posonlyargs + args.args]
@@ -463,9 +470,12 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
 
     maybe: list[ast.AST] = []
     for sub in walk_local(node):
-        if may_gather(sub):
+        kind = type(sub)
+        if kind not in _FACT_NODES:
+            continue  # (most nodes: names, attributes, constants, operators tell nothing here)
+        if (kind is ast.Call or kind is ast.Assign) and may_gather(sub):
             maybe.append(sub)
-        if isinstance(sub, ast.Call):
+        if kind is ast.Call:
             facts.calls.append(call_fact(sub))
             # in-place tensor updates of an attribute: `x.seq_lens.add_(1)`, `x.f.fill_(0)`,
             # also of its rows (`x.positions[:n].add_(1)`)

@@ -24,6 +24,7 @@ import bisect
 import re
 import weakref
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Iterator
 
 from ..globs import name_matcher, required_literals
@@ -1229,7 +1230,7 @@ class Moved(Need):
         self.globs = tuple(globs)
         body = "|".join(re.escape(f) for f in sorted(self.fields, key=len, reverse=True))
         self._attr = re.compile(rf"\.(?:\s|\\\n|#[^\n]*\n)*(?:{body})(?![\w])") if body else re.compile(r"(?!)")
-        self._globbed = _GlobAttributes(self.globs) if self.globs else None
+        self._globbed = _glob_attributes(self.globs) if self.globs else None
         self._before = re.compile(r"(?:\+|\b(?:add|sub)\s*\()[\s\w.\\(]*\Z")
         self._bytes = AnyLiteral(_literals(self.fields, self.globs))
         self._index = PerText(self._all)
@@ -1238,7 +1239,7 @@ class Moved(Need):
         if not self._bytes(data):
             return False
         text = quick_text(data)
-        return True if text is None else bool(self._all(text))
+        return True if text is None else bool(self._index(text))
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         end = len(text) if end is None else end
@@ -1291,7 +1292,7 @@ class Stored(Need):
     def __init__(self, fields, globs: tuple[str, ...] = ()) -> None:
         self.fields = tuple(fields)
         self.globs = tuple(globs)
-        self._globbed = _GlobAttributes(self.globs) if self.globs else None
+        self._globbed = _glob_attributes(self.globs) if self.globs else None
         body = "|".join(re.escape(f) for f in sorted(self.fields, key=len, reverse=True))
         gap = r"(?:\s|\\\n)*"
         self._written = re.compile(rf"{gap}(?:\[[^\]]*\]{gap})?(?:[-+*/]?=(?!=)|\.{gap}[a-z][a-z_]*_{gap}\()")
@@ -1327,36 +1328,50 @@ class _GlobAttributes:
 
     def __init__(self, globs: tuple[str, ...]) -> None:
         self.matches = name_matcher(globs, case_sensitive=True)
-        lits = sorted({max(required_literals(g), key=len) for g in globs if required_literals(g)}, key=len, reverse=True)
-        self._lit = re.compile("|".join(re.escape(x) for x in lits)) if lits else None
+        lits = {max(required_literals(g), key=len) for g in globs if required_literals(g)}
+        # a literal holding another is found wherever that one is: only the minimal ones are
+        # searched, each by `str.find` (one regex alternation of them all is several times
+        # slower on a large text)
+        self._lits = tuple(sorted(x for x in lits if not any(o != x and o in x for o in lits)))
         self._index = PerText(self._compute)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
-        return self._index(text) if self._lit is not None else []
+        return self._index(text) if self._lits else []
 
     def _compute(self, text: str) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         seen: set[int] = set()
-        for m in self._lit.finditer(text):
-            a = m.start()
-            while a > 0 and (text[a - 1].isalnum() or text[a - 1] == "_"):
-                a -= 1
-            if a in seen:
-                continue
-            seen.add(a)
-            m_end = _WORD_END.match(text, m.end())
-            b = m_end.end() if m_end else m.end()
-            if not self.matches(text[a:b]):
-                continue
-            dot = a - 1
-            while dot >= 0 and text[dot] in " \t\n\\":
-                dot -= 1
-            if dot >= 0 and text[dot] == ".":
-                out.append((dot, b))
+        for lit in self._lits:
+            pos = text.find(lit)
+            while pos >= 0:
+                a = pos
+                while a > 0 and (text[a - 1].isalnum() or text[a - 1] == "_"):
+                    a -= 1
+                m_end = _WORD_END.match(text, pos + len(lit))
+                b = m_end.end() if m_end else pos + len(lit)
+                pos = text.find(lit, b)
+                if a in seen:
+                    continue
+                seen.add(a)
+                if not self.matches(text[a:b]):
+                    continue
+                dot = a - 1
+                while dot >= 0 and text[dot] in " \t\n\\":
+                    dot -= 1
+                if dot >= 0 and text[dot] == ".":
+                    out.append((dot, b))
+        out.sort()
         return out
 
 
 _WORD_END = re.compile(r"\w*")
+
+
+@lru_cache(maxsize=None)
+def _glob_attributes(globs: tuple[str, ...]) -> _GlobAttributes:
+    """One index per set of globs: the needs that ask about the same globs (an advance, a
+    store) share its answers for a text."""
+    return _GlobAttributes(globs)
 
 
 def _literals(fields: tuple[str, ...], globs: tuple[str, ...]) -> list[bytes]:

@@ -57,10 +57,29 @@ class AnyLiteral:
     def __call__(self, data: bytes) -> bool:
         if self._common and self._common not in data:
             return False
+        # the rules' needs ask about the same literals (the layout's field names) many times
+        # per file: each is searched once per text
+        known = _present_in(data)
         for lit in self._minimal:  # a loop, not `any(...)`: asked of every file, per rule
-            if lit in data:
+            got = known.get(lit)
+            if got is None:
+                got = known[lit] = lit in data
+            if got:
                 return True
         return False
+
+
+_PRESENT: list = []  # (bytes, {literal: whether it occurs}) for the texts asked about last
+
+
+def _present_in(data: bytes) -> dict[bytes, bool]:
+    for known, found in _PRESENT:
+        if known is data:
+            return found
+    found: dict[bytes, bool] = {}
+    _PRESENT.insert(0, (data, found))
+    del _PRESENT[2:]  # a file's bytes and their lower-cased copy
+    return found
 
 
 def _common_part(literals: tuple[bytes, ...]) -> bytes:

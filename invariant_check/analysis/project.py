@@ -43,6 +43,9 @@ BUILTINS = frozenset(dir(builtins))
 MAX_DEPTH = 12  # alias chains and MRO walks; real code is far shallower
 # whole words in the bytes of files: `\w` of a bytes pattern is an ASCII letter, digit or `_`
 _BYTES_WORD = re.compile(rb"\w+")
+# chunks parsed for their facts alone whose trees are kept a while (see `hold_briefly`): enough
+# for one question's reach (a call resolved, its callee read), a few MB of trees
+BRIEF_TREES = 128
 _INDEX_WORDS_AFTER = 8  # words searched for file by file before the files' words are indexed
 
 
@@ -129,6 +132,7 @@ class Module:
         self._source: Source | None = None
         self._outline: Outline | None = None
         self._stmts: dict[int, tuple[list[ast.stmt], list[ast.stmt]]] = {}
+        self._passing: set[int] = set()  # chunks in `_stmts` held only by `Project.hold_briefly`
         self._facts: dict[int, ChunkFacts] = {}
         self._bindings: F.ModuleFacts | None = None
         self.digest: str | None = None
@@ -257,6 +261,8 @@ class Module:
         """The parsed statements of a chunk (its own level, module code after it)."""
         self._touch()
         got = self._stmts.get(chunk.index)
+        if got is not None and chunk.index in self._passing:
+            self._passing.discard(chunk.index)  # asked again: kept from now on
         if got is None:
             if chunk.kind == CLASS and chunk.parent is None:
                 self.outline.children(chunk)  # a class is parsed as its split head
@@ -282,6 +288,7 @@ class Module:
                 self.error = syntax_message(exc)
             self._outline = Outline(self.source.text, [Chunk(0, HEAD, None, 0, len(self.source.text), 1, 0)], whole=True)
             self._stmts = {0: (self._whole, [])}
+            self._passing = set()
             self._facts = {}
         return self._whole, []
 
@@ -325,13 +332,15 @@ class Module:
         return self._stored
 
     def _compute_facts(self, chunk: Chunk) -> ChunkFacts:
-        # a chunk parsed only for its facts is not kept: most are never asked again (the
+        # a chunk parsed only for its facts is kept briefly: most are never asked again (the
         # modules a call or an import reaches), and their trees were most of a run's memory;
-        # one asked again later is parsed again, and kept from then on
+        # but a question that reads a module's facts often reads its trees right after (a
+        # call resolved, then the callee read). One asked again is kept from then on.
         kept = chunk.index in self._stmts or self._whole is not None
         own, trailing = self.statements(chunk)
         if not kept and self._whole is None:
-            del self._stmts[chunk.index]
+            self._passing.add(chunk.index)
+            self.project.hold_briefly(self, chunk.index)
         if self._whole is not None:
             chunk = self.outline.chunks[0]
             own, trailing = self._whole, []
@@ -786,6 +795,7 @@ class Project:
         self._classes: dict[tuple[Path, str], ClassInfo] = {}
         self._files: list[Path] | None = None
         self._contains: dict[str, tuple[list[Path], tuple[str, ...]]] = {}  # word -> files, as noted
+        self._brief: dict[tuple[int, int], Module] = {}  # see `hold_briefly`, oldest first
         # whole-word questions about the project's files (see `files_containing`)
         self._known_digests: dict[Path, str | None] = {}
         self._words_asked = 0
@@ -942,6 +952,17 @@ class Project:
         if self._files is None:
             self._files = list(self._listing()) if self._listing else []
         return self._files
+
+    def hold_briefly(self, module: Module, index: int) -> None:
+        """Keep the parsed trees of a chunk read for its facts alone while it is among the
+        last `BRIEF_TREES` such chunks; then let them go, unless it was asked for again."""
+        self._brief[(id(module), index)] = module
+        while len(self._brief) > BRIEF_TREES:
+            (_, old), held = next(iter(self._brief.items()))
+            del self._brief[(id(held), old)]
+            if old in held._passing and held._whole is None:
+                held._passing.discard(old)
+                held._stmts.pop(old, None)
 
     def files_containing(self, word: str) -> list[Path]:
         """Project files whose text holds `word` (a whole word: no ASCII letter, digit or `_`

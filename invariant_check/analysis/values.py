@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, child_nodes, last_name, pattern_names, ref
+from .facts import FUNCS, last_name, pattern_names, ref
 from .needs import LAST_INDEX, NEXT_OF_ITER, Around, Names, Pattern, bound
 from .singletons import collection as _collection
 from .singletons import guarantee_of, one_element, source
@@ -536,13 +536,28 @@ def _target_refs(target: ast.AST) -> Iterator[str]:
 
 def _walk_expr(expr: ast.AST) -> Iterator[ast.AST]:
     """The nodes of an expression, not entering lambdas or comprehensions (other scopes)."""
+    # `child_nodes` in line (the walk is most of what the value analysis costs): the same
+    # nodes in the same order
     stack = [expr]
+    pop, AST = stack.pop, ast.AST
     while stack:
-        node = stack.pop()
+        node = pop()
         yield node
-        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)) and node is not expr:
+        kind = type(node)
+        if kind in _OTHER_SCOPES and node is not expr:
             continue
-        stack.extend(reversed(child_nodes(node)))
+        children: list[ast.AST] = []
+        for name in kind._fields:
+            value = getattr(node, name, None)
+            if type(value) is list:
+                children.extend([item for item in value if isinstance(item, AST)])
+            elif isinstance(value, AST):
+                children.append(value)
+        children.reverse()
+        stack.extend(children)
+
+
+_OTHER_SCOPES = frozenset({ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp})
 
 
 def _calls_in(expr: ast.AST) -> Iterator[ast.Call]:
