@@ -200,10 +200,13 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
     handed = table.stepped_sources()
     has_loop = False
     sums: dict[str, ast.AST] = {}
-    for sub in walk_local(func):
-        if isinstance(sub, (ast.For, ast.AsyncFor, ast.While)):
+    # (types compared, not `isinstance`: this look runs over every node of every candidate)
+    nodes = [sub for sub in walk_local(func) if type(sub) in _MAY_WRITE]
+    for sub in nodes:
+        kind = type(sub)
+        if kind in _LOOPS:
             has_loop = True
-        elif isinstance(sub, ast.Assign) and isinstance(sub.value, ast.BinOp):
+        elif kind is ast.Assign and isinstance(sub.value, ast.BinOp):
             sums.update((t.id, sub.value) for t in sub.targets if isinstance(t, ast.Name))
 
     def named(node: ast.AST, names: set[str], layout: bool = True) -> bool:
@@ -214,11 +217,12 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
             return False
         return node.attr in names or variant_of(node.attr) in names or (layout and step_field(node.attr))
 
-    for sub in walk_local(func):
-        if isinstance(sub, ast.AugAssign):
+    for sub in nodes:
+        kind = type(sub)
+        if kind is ast.AugAssign:
             if named(sub.target, sources):
                 return True
-        elif isinstance(sub, (ast.Assign, ast.AnnAssign)):
+        elif kind is ast.Assign or kind is ast.AnnAssign:
             targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
             for t in targets:
                 if not named(t, sources):
@@ -232,7 +236,7 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
                 # derives something from that field
                 if isinstance(value, (ast.Call, ast.IfExp)) and named(t, sources, layout=False):
                     return True
-        elif isinstance(sub, ast.Call):
+        elif kind is ast.Call:
             f = sub.func
             if isinstance(f, ast.Attribute) and f.attr.endswith("_") and named(f.value, sources):
                 return True
@@ -249,6 +253,10 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
             if any(named(a, handed, has_loop) for a in sub.args) or any(named(k.value, handed, has_loop) for k in sub.keywords if k.arg != "out"):
                 return True
     return False
+
+
+_LOOPS = frozenset({ast.For, ast.AsyncFor, ast.While})
+_MAY_WRITE = _LOOPS | {ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Call}
 
 
 def source_write(w: FieldWrite, table: Table) -> bool:
