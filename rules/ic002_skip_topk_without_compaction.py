@@ -99,13 +99,17 @@ class SkipTopkWithoutCompaction(Rule):
     share else None` takes the branch the switch's own conditions decide), also when its name
     is in `forward-calls`. It is followed through the decorators the project defines (a
     wrapper that calls the wrapped method, then compacts), through the `__exit__` of a
-    `with` block's context manager when the block is left, and through the switch itself: a
+    `with` block's context manager when the block is left (of a `@contextmanager`
+    generator, the code after its `yield`; the code before it runs on entering the block),
+    and through the switch itself: a
     switch method that compacts with the rows it is given (`set_skip_topk(True, rows)`, with
     `if skip and rows is not None: self.compact_topk_indices(rows)`) is its own compaction.
     A compaction of rows `0..n-1` (`torch.arange(n)`, `self.arange[:n]`) gathers each row
     onto itself and counts as none. A module called out of a container of the model
-    (`draft_model.mtp_layers[0](...)`) is a forward. An instance attribute bound with
-    `getattr(model.model, "compact_topk_indices", None)` is the bound compaction.
+    (`draft_model.mtp_layers[0](...)`) is a forward. A local or an instance attribute bound
+    with `getattr(model.model, "compact_topk_indices", None)` is the bound compaction. A
+    helper method defined on every branch of a class-body `if`/`try` (`if HAS_TRITON: def
+    _compact(...)` / `else: def _compact(...)`) is resolved to its last definition.
 
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
     switch under `if self.share:` pairs with a compaction under the same `if self.share:`,
@@ -855,6 +859,56 @@ def propose(self, draft, token_indices_to_sample, input_ids, positions):
     return hidden
 """
         ),
+        # A `@contextmanager` compacts after its `yield`: leaving the block, after step 0's
+        # forward and before the switch, runs it.
+        Valid(
+            """
+from contextlib import contextmanager
+
+@contextmanager
+def sampled_rows_first(model, rows):
+    yield
+    model.compact_topk_indices(rows)
+
+def propose(self, token_indices_to_sample):
+    with sampled_rows_first(self.model.model, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
+        # The compacting helper is defined on both branches of a class-body `if`.
+        Valid(
+            """
+class Proposer:
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        self._compact(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+
+    if HAS_TRITON:
+        def _compact(self, rows):
+            self.model.model.compact_topk_indices(rows, kernel="triton")
+    else:
+        def _compact(self, rows):
+            self.model.model.compact_topk_indices(rows)
+"""
+        ),
+        # The compaction is the bound method `getattr` gives a local.
+        Valid(
+            """
+def propose(self, token_indices_to_sample):
+    squeeze = getattr(self.model.model, "compact_topk_indices")
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    squeeze(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1337,6 +1391,26 @@ def propose(self, inputs, token_indices_to_sample):
             self.model.model.set_skip_topk(True)
 """,
             line=7,
+        ),
+        # The `@contextmanager` compacts before its `yield`: on entering the block, before
+        # step 0's forward has written the buffer; nothing compacts after it.
+        Invalid(
+            """
+from contextlib import contextmanager
+
+@contextmanager
+def sampled_rows_first(model, rows):
+    model.compact_topk_indices(rows)
+    yield
+
+def propose(self, token_indices_to_sample):
+    with sampled_rows_first(self.model.model, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=11,
         ),
     ]
 

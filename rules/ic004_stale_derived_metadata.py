@@ -170,7 +170,7 @@ class StaleDerivedMetadata(Rule):
     `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
     a new object built from the advanced value with the old derived values copied in
     (`Cls(seq_lens=X.seq_lens + 1, max_seq_len=X.max_seq_len)`), and a call that writes the
-    tensor in place: a function of any module that advances its parameter, a `@triton.jit`
+    tensor in place: a function of any module that advances its parameter (`out=` too), a `@triton.jit`
     kernel that `tl.store`s its own load plus a positive amount through the pointer it is
     given (`eagle_step_update_slot_mapping_and_metadata(seq_lens=md.seq_lens, ...)`, reached
     through wrappers, launches `kernel[grid](...)` and dispatchers that name their kernel).
@@ -1570,6 +1570,37 @@ def draft(batch: DraftBatch, num_steps: int):
 """,
             line=18,
             message_contains="`seq_lens_cpu` of `batch`",
+        ),
+        # A helper of the step writes the lengths it is handed with `out=`, capped: still an
+        # advance, and the class's `__post_init__` derives the bound from them.
+        Invalid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DecodeMetadata:
+    ctx_lens: torch.Tensor
+    max_ctx_len: int = 0
+
+    def __post_init__(self):
+        self.max_ctx_len = int(self.ctx_lens.max())
+
+
+def grow_lengths(lengths, cap):
+    torch.clamp(lengths + 1, max=cap, out=lengths)
+
+
+def propose(self, md: DecodeMetadata, ids):
+    for _ in range(self.num_steps):
+        ids = self.model(ids, md)
+        grow_lengths(md.ctx_lens, self.max_model_len)
+    return ids
+""",
+            line=22,
+            message_contains="`max_ctx_len` of `md`",
         ),
     ]
 

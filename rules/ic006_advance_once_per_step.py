@@ -89,7 +89,8 @@ class AdvanceOncePerStep(Rule):
     `input-advancing-calls` function (a kernel), or of a project function that makes one of
     these, itself or in the helpers it calls (`helper-depth` deep, through `self`, imports,
     base classes), or of a function of any module that advances a tensor it is handed as one
-    of those fields, itself or through a helper it hands the field on to
+    of those fields (by any of these spellings, `out=` included), itself or through a helper
+    it hands the field on to
     (`bump(self.input_buffers.positions, n)`, a wrapper launching a
     `@triton.jit` kernel that `tl.store`s its own load plus one through that pointer, as
     IC004 reads kernels). It is reported when what moves *outlives the iteration*: `self` or
@@ -663,6 +664,26 @@ def propose(self, common_attn_metadata):
         self.attn_metadata[gid] = self.builders[gid].build(common_attn_metadata)
 """,
             line=4,
+        ),
+        # The helper advances the positions it is handed with `torch.add(..., out=...)`, once
+        # per layer.
+        Invalid(
+            """
+import torch
+
+
+def advance_positions(positions, num_reqs):
+    torch.add(positions, 1, out=positions)
+
+
+def build(self, common_attn_metadata, num_reqs):
+    attn_metadata = {}
+    for layer_name in self.attn_layer_names:
+        advance_positions(self.positions, num_reqs)
+        attn_metadata[layer_name] = self.builder.build(common_attn_metadata)
+    return attn_metadata
+""",
+            line=11,
         ),
     ]
 

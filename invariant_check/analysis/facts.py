@@ -139,7 +139,7 @@ class StoreFact:
 
     target: str | None
     attr: str
-    op: str  # '=', '+=', '-=', 'add_', 'sub_', 'inplace' (any other in-place method), 'replace'
+    op: str  # '=', '+=', '-=', 'add_', 'sub_', 'inplace' (any other in-place method), 'replace', 'out' (`out=`)
     line: int
     col: int
     value: str | None = None  # ref of the value, when it is one
@@ -347,6 +347,26 @@ def _delta(value: ast.AST, target_src: str | None) -> int | None:
     return None
 
 
+def _out_delta(call: ast.Call, target_src: str | None) -> int | None:
+    """+k/-k when a call writing `out=<target_src>` stores the old value plus or minus k:
+    `torch.add(t, k, out=t)`, `torch.sub(t, k, out=t)`, `torch.clamp(t + k, ..., out=t)`."""
+    if target_src is None or not call.args:
+        return None
+    name = last_name(call.func)
+    if name in ("add", "sub") and len(call.args) >= 2 and ref(_unsliced(call.args[0])) == target_src:
+        amount = call.args[1]
+        k = amount.value if isinstance(amount, ast.Constant) and isinstance(amount.value, int) and not isinstance(amount.value, bool) else 1
+        return k if name == "add" else -k
+    first = call.args[0]
+    if isinstance(first, ast.BinOp) and isinstance(first.left, ast.Subscript):
+        first = ast.BinOp(left=_unsliced(first.left), op=first.op, right=first.right)
+    return _delta(first, target_src)
+
+
+def _unsliced(node: ast.AST) -> ast.AST:
+    return node.value if isinstance(node, ast.Subscript) else node
+
+
 def _raises(body: list[ast.stmt]) -> bool:
     return any(isinstance(s, ast.Raise) for s in body)
 
@@ -494,6 +514,16 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                         StoreFact(ref(holder.value), holder.attr, _INPLACE_ADD.get(method, "inplace"),
                                   sub.lineno, sub.col_offset, None, delta)
                     )
+            # `torch.add(x.positions, 1, out=x.positions)`, `torch.clamp(x.seq_lens + 1, max=m,
+            # out=x.seq_lens[:n])`: written in place by a function's `out=`
+            for kw in sub.keywords:
+                if kw.arg == "out":
+                    holder = kw.value.value if isinstance(kw.value, ast.Subscript) else kw.value
+                    if isinstance(holder, ast.Attribute):
+                        facts.stores.append(
+                            StoreFact(ref(holder.value), holder.attr, "out", sub.lineno, sub.col_offset,
+                                      None, _out_delta(sub, ref(holder)))
+                        )
             # `replace(x, f=...)`, `dataclasses.replace(x, ...)`, `x.replace(f=...)`
             if last_name(sub.func) == "replace" and sub.keywords:
                 if isinstance(sub.func, ast.Attribute) and not (

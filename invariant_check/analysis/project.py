@@ -205,6 +205,12 @@ class Module:
             subs = ol.child_named(chunk, rest.split(".", 1)[0])
             if subs:
                 return subs[-1]
+            # a method defined inside an `if`/`try` of the class body (`if HAS_TRITON: def
+            # m(...)`): in the class-body code after a method, the last such definition
+            method = f"{head}.{rest.split('.', 1)[0]}"
+            for sub in reversed(ol.children(chunk)):
+                if sub.extra_class and method in self.chunk_facts(sub).functions:
+                    return sub
         return chunk
 
     def module_code_chunks(self) -> list[Chunk]:

@@ -239,13 +239,16 @@ class Window:
     def _known_for(self, flow: Flow) -> dict[str, bool]:
         return self._flow_known.get(id(flow), {})
 
-    def effect(self, target: FunctionInfo, sub_self: ClassInfo | None, call: ast.Call | None, known: dict[str, bool], depth: int | None = None) -> tuple[str | None, str | None]:
+    def effect(self, target: FunctionInfo, sub_self: ClassInfo | None, call: ast.Call | None, known: dict[str, bool], depth: int | None = None,
+               leaving: bool = False) -> tuple[str | None, str | None]:
         """(the first, the last) event of a call of `target` that the window cares about:
         'hit' (a compaction), 'fwd' (a draft step) or None, each on some path of its body
         (a compaction on some path counts: the helper's own conditions are its business), with
         the parameters bound as this call binds them (`compact_rows` not passed, so `None`,
         prunes `if compact_rows is not None:`), through the decorators the project defines
-        (a wrapper that compacts after the wrapped call returns)."""
+        (a wrapper that compacts after the wrapped call returns). Of a `@contextmanager`
+        generator, a call runs its body up to the `yield` (the caller's `with` block runs
+        there); `leaving`: the part after the `yield`, which runs when the block is left."""
         depth = self.rule.depth if depth is None else depth
         rule = self.rule
         compacts = rule.compacts(self.summaries, target, sub_self)
@@ -256,13 +259,13 @@ class Window:
         node = target.node()
         if node is None or depth <= 0:
             return ("fwd" if forwards else "hit", "hit") if compacts else (("fwd", "fwd") if forwards else (None, None))
-        inner = self._body_effect(target, node, sub_self, call, known, depth) if compacts else (("fwd", "fwd") if forwards else (None, None))
+        inner = self._body_effect(target, node, sub_self, call, known, depth, leaving=leaving) if compacts else (("fwd", "fwd") if forwards else (None, None))
         for wrapper, wrapped in decorated:
             inner = self._body_effect(target, wrapper, sub_self, None, {}, depth, wrapped=(wrapped, inner))
         return inner
 
-    def _body_effect(self, target, node, sub_self, call, known, depth, wrapped=None) -> tuple[str | None, str | None]:
-        key = (id(node), id(call), tuple(sorted(known.items())), wrapped[1] if wrapped else None)
+    def _body_effect(self, target, node, sub_self, call, known, depth, wrapped=None, leaving: bool = False) -> tuple[str | None, str | None]:
+        key = (id(node), id(call), tuple(sorted(known.items())), wrapped[1] if wrapped else None, leaving)
         got = self._effects.get(key)
         if got is not None:
             return got
@@ -275,11 +278,17 @@ class Window:
         local = partials(node)
         rule = self.rule
 
+        # a context manager's `yield` divides its body: up to it runs on entering the `with`
+        # block, after it on leaving
+        yields = [i for i, n in enumerate(flow.nodes) if n.kind == "yield"] if wrapped is None and self._is_context_manager(target) else []
+
         def stop(n, forward: bool):
             if n.kind == "cond":
                 return "vacuous" if any(flow.empty(atom) for atom in n.atoms) else None
             if n.kind == "store":
                 return "hit" if id(n.node) in gathers else None
+            if n.kind == "yield" and yields:
+                return "yield"
             if n.kind not in ("call", "exit"):
                 return None
             c = n.node
@@ -304,10 +313,18 @@ class Window:
                 return first if forward else last
             return "fwd" if nm in rule.forward_names else None
 
+        if not yields:
+            starts = ((True, [ENTRY]), (False, [EXIT]))
+        elif leaving:
+            starts = ((True, yields), (False, [EXIT]))
+        else:
+            starts = ((True, [ENTRY]), (False, yields))
         out = []
-        for forward, start in ((True, ENTRY), (False, EXIT)):
-            paths = flow.search(start, forward, lambda n, f=forward: stop(n, f), bound, self._assume)
-            out.append("hit" if paths.get("hit") else "fwd" if paths.get("fwd") else None)
+        for forward, points in starts:
+            verdicts: set[str] = set()
+            for start in points:
+                verdicts |= set(flow.search(start, forward, lambda n, f=forward: stop(n, f), bound, self._assume))
+            out.append("hit" if "hit" in verdicts else "fwd" if "fwd" in verdicts else None)
         got = self._effects[key] = (out[0], out[1])
         return got
 
@@ -319,7 +336,15 @@ class Window:
         if not spelled:
             return None
         sym = self.summaries.resolve(fn, spelled, self_cls)
-        cls = self.view.project.class_of(sym) if sym.kind == "class" else None
+        if sym.kind != "class":
+            # a `@contextmanager` generator: what follows its `yield`
+            manager = self.summaries.function_for(sym)
+            if manager is None or not self._is_context_manager(manager):
+                return None
+            owner = self_cls if (spelled.startswith("self.") and spelled.count(".") == 1) else manager.owner()
+            first, last = self.effect(manager, owner, expr, {}, depth - 1, leaving=True)
+            return first if forward else last
+        cls = self.view.project.class_of(sym)
         if cls is None:
             return None
         method = cls.method("__exit__")
@@ -844,10 +869,23 @@ def dotted_aliases(node: ast.AST) -> dict[str, str]:
     seen: dict[str, set[str | None]] = {}
     for sub in walk_local(node):
         if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
-            seen.setdefault(sub.targets[0].id, set()).add(ref(sub.value))
+            seen.setdefault(sub.targets[0].id, set()).add(_dotted(sub.value))
         elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name):
-            seen.setdefault(sub.target.id, set()).add(ref(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value else None)
+            seen.setdefault(sub.target.id, set()).add(_dotted(sub.value) if isinstance(sub, ast.AnnAssign) and sub.value else None)
     return {k: next(iter(v)) for k, v in seen.items() if len(v) == 1 and None not in v}
+
+
+def _dotted(value: ast.AST) -> str | None:
+    """The dotted ref a value names: `a.b.c`, also `getattr(a.b, "c")` and `getattr(a.b, "c",
+    None)` (the bound method, where it exists)."""
+    if (
+        isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr"
+        and len(value.args) in (2, 3) and not value.keywords
+        and isinstance(value.args[1], ast.Constant) and isinstance(value.args[1].value, str) and value.args[1].value.isidentifier()
+    ):
+        holder = ref(value.args[0])
+        return f"{holder}.{value.args[1].value}" if holder else None
+    return ref(value)
 
 
 def canonical_name(name: str, aliases: dict[str, str]) -> str:

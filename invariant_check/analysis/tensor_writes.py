@@ -185,7 +185,18 @@ def _own_writes(fn: ast.AST, names: set[str]) -> Iterator[int]:
                     yield WRITES
             for kw in sub.keywords:
                 if kw.arg == "out" and _base(kw.value) in names:
-                    yield WRITES
+                    yield ADVANCES if _out_grows(sub, names) else WRITES
+
+
+def _out_grows(call: ast.Call, names: set[str]) -> bool:
+    """A call writing `out=` one of `names` stores it plus a positive amount:
+    `torch.add(p, k, out=p)`, `torch.clamp(p + k, max=m, out=p)` (the cap keeps the
+    direction)."""
+    if not call.args:
+        return False
+    if last_name(call.func) == "add" and len(call.args) >= 2 and _base(call.args[0]) in names:
+        return _positive(call.args[1])
+    return _grows(call.args[0], names)
 
 
 def _grows(value: ast.AST | None, names: set[str]) -> bool:
