@@ -230,7 +230,8 @@ class StaleDerivedMetadata(Rule):
     with no backing field, cannot be stale and does not count. The class of an object comes
     from an annotation (`X`, `X | None`, `Optional[X]`, `"X"`; an entry of a parameter
     annotated `dict[str, X]` or `list[X]`), from `self.x: X`, `self.x = X(...)` or a class-body
-    `x: X`, from `x = X(...)`, from a copy of an object of known class (below), and, for an
+    `x: X`, from `x = X(...)` or `x = make(...)` with `def make(...) -> X`, from a copy of an
+    object of known class (below), and, for an
     unannotated parameter of an override, from the annotation the overridden method gives it
     (as pyright infers it) or from what the callers pass, the bases' own `self.method(...)`
     calls included.
@@ -1601,6 +1602,34 @@ def propose(self, md: DecodeMetadata, ids):
 """,
             line=22,
             message_contains="`max_ctx_len` of `md`",
+        ),
+        # The object's class comes from its factory's return annotation.
+        Invalid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SparseDraftMetadata:
+    kv_lens: torch.Tensor
+    max_kv_len: int
+
+
+def make_draft_metadata(kv_lens) -> SparseDraftMetadata:
+    return SparseDraftMetadata(kv_lens=kv_lens, max_kv_len=int(kv_lens.max()))
+
+
+def propose(self, kv_lens, ids):
+    md = make_draft_metadata(kv_lens)
+    for _ in range(self.num_steps):
+        ids = self.model(ids, md)
+        md.kv_lens += 1
+    return ids
+""",
+            line=20,
+            message_contains="`max_kv_len` of `md`",
         ),
     ]
 

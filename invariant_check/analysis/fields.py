@@ -662,6 +662,14 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
         callee = view.resolve(ref(value.func))
         if callee.kind == "class":
             return view.project.class_of(callee)
+        # a factory whose return annotation names the class (`def make(...) -> Meta:`)
+        made_by = resolve_call(view, value)[1]
+        node = made_by.node() if made_by is not None else None
+        returned = annotation_ref(node.returns) if node is not None and getattr(node, "returns", None) is not None else None
+        if returned:
+            sym = view.project.resolve(made_by.module, returned, scope=None)
+            if sym.kind == "class":
+                return view.project.class_of(sym)
     return None
 
 
