@@ -104,8 +104,8 @@ class SkipTopkWithoutCompaction(Rule):
     and through the switch itself: a
     switch method that compacts with the rows it is given (`set_skip_topk(True, rows)`, with
     `if skip and rows is not None: self.compact_topk_indices(rows)`) is its own compaction.
-    A compaction of rows `0..n-1` (`torch.arange(n)`, `self.arange[:n]`) gathers each row
-    onto itself and counts as none. A module called out of a container of the model
+    A compaction of rows `0..n-1` (`torch.arange(n)`, `self.arange[:n]`, by position or by
+    keyword) gathers each row onto itself and counts as none. A module called out of a container of the model
     (`draft_model.mtp_layers[0](...)`) is a forward. A local or an instance attribute bound
     with `getattr(model.model, "compact_topk_indices", None)` is the bound compaction. A
     helper method defined on every branch of a class-body `if`/`try` (`if HAS_TRITON: def
@@ -1411,6 +1411,18 @@ def propose(self, token_indices_to_sample):
         hidden = self.model(**self.inputs)
 """,
             line=11,
+        ),
+        # The rows, given by keyword, are `0..n-1`: each row is gathered onto itself.
+        Invalid(
+            """
+def propose(self, batch_size):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    self.model.model.compact_topk_indices(slot_ids=self.arange[:batch_size])
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=3,
         ),
     ]
 

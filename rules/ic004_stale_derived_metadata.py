@@ -377,9 +377,9 @@ class StaleDerivedMetadata(Rule):
     ## Options
     - `derived-fields` (table of lists): fields derived from each advanced field, added to
       what is learned from the code (`seq_lens = ["num_context_tokens"]`). Default: empty;
-      nothing learned is ever removed by it. The learned table's sources decide what the
-      prefilter looks for: a project class whose memo reads a field no release's memo reads
-      is checked where that field advances, or with this option naming it.
+      nothing learned is ever removed by it. A project memo is checked where its field
+      advances if that is a layout length or a field a release derives from; another
+      (`page_lens`) needs this option (`page_lens = ["_page_starts"]`).
     - `helper-depth` (default 4): how many calls deep updates in helpers are looked for.
     """
 

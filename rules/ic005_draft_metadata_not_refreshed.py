@@ -474,6 +474,25 @@ def advance_decode(md, positions):
     md.max_seq_len += 1
 """},
         ),
+        # A helper of another module writes the metadata's own lengths it is handed, in place,
+        # each step: the object moves with the inputs.
+        Valid(
+            """
+from .kernels import advance_seq_lens
+
+
+def propose(self, md, num_reqs):
+    for _ in range(self.num_speculative_tokens - 1):
+        self.positions[:num_reqs] += 1
+        advance_seq_lens(md.seq_lens, num_reqs)
+        hidden = self.model(self.input_ids[:num_reqs], self.positions[:num_reqs], md)
+    return hidden
+""",
+            files={"kernels.py": """
+def advance_seq_lens(seq_lens, num_reqs):
+    seq_lens[:num_reqs] += 1
+"""},
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.

@@ -685,6 +685,23 @@ def build(self, common_attn_metadata, num_reqs):
 """,
             line=11,
         ),
+        # A base class's helper moves rows of the shared positions (`x[:n] = x[:n] + 1`), called
+        # once per KV-cache group.
+        Invalid(
+            """
+class DraftBase:
+    def _advance_step_inputs(self, n):
+        self.input_buffers.positions[:n] = self.input_buffers.positions[:n] + 1
+
+
+class Proposer(DraftBase):
+    def propose(self, common_attn_metadata, num_reqs):
+        for gid, group in enumerate(self.kv_cache_groups):
+            self._advance_step_inputs(num_reqs)
+            self.attn_metadata[gid] = group.builder.build(common_attn_metadata)
+""",
+            line=9,
+        ),
     ]
 
     @classmethod

@@ -139,7 +139,8 @@ class StoreFact:
 
     target: str | None
     attr: str
-    op: str  # '=', '+=', '-=', 'add_', 'sub_', 'inplace' (any other in-place method), 'replace', 'out' (`out=`)
+    op: str  # '=', '+=', '-=', 'add_', 'sub_', 'inplace' (any other in-place method), 'replace', 'out' (`out=`),
+    # 'rows=' (`x.f[:n] = x.f[:n] + k`)
     line: int
     col: int
     value: str | None = None  # ref of the value, when it is one
@@ -572,6 +573,13 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                     holder = t.value
                     op = "+=" if isinstance(sub.op, ast.Add) else ("-=" if isinstance(sub.op, ast.Sub) else "op=")
                     facts.stores.append(StoreFact(ref(holder.value), holder.attr, op, sub.lineno, sub.col_offset))
+                elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and isinstance(value, ast.BinOp):
+                    # `x.positions[:n] = x.positions[:n] + 1`: rows of the field, moved by the amount
+                    holder = t.value
+                    old = ast.BinOp(left=_unsliced(value.left), op=value.op, right=value.right)
+                    delta = _delta(old, ref(holder))
+                    if delta is not None:
+                        facts.stores.append(StoreFact(ref(holder.value), holder.attr, "rows=", sub.lineno, sub.col_offset, None, delta))
                 elif isinstance(t, ast.Name) and not isinstance(sub, ast.AugAssign):
                     assigned.setdefault(t.id, set()).add(ref(value) if value is not None else None)
                 else:

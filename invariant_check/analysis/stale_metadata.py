@@ -230,6 +230,8 @@ class MetadataSteps:
         recv = canonical(ref(call.func.value), self.aliases) if isinstance(call.func, ast.Attribute) else None
         if recv in links and name in DICT_REFRESH | self.query.refreshes:
             return True
+        if self._writes_a_handed_field(call, links):
+            return True
         receives = self.receives(call, md)
         if name in self.query.refreshes and (receives or any(self.receives(call, a) for a in links)):
             return True
@@ -257,6 +259,29 @@ class MetadataSteps:
         if own_method:
             return any(a == attr and not (md in self.snapshots and op == "=") for a, op, _d in self.summaries.fields_written(fn, 0))
         return False
+
+    def _writes_a_handed_field(self, call: ast.Call, links: set[str]) -> bool:
+        """`advance_seq_lens(md.seq_lens, n)`: a field of the metadata handed to a function
+        (of any module, a kernel's wrapper) that writes the tensor it is given in place: the
+        metadata's own fields move with the inputs, as a write of them in the loop does."""
+        from .tensor_writes import argument_writes
+
+        handed = []
+        for arg in list(call.args) + [k.value for k in call.keywords]:
+            base = arg.value if isinstance(arg, ast.Subscript) else arg
+            if isinstance(base, ast.Attribute) and canonical(ref(base.value), self.aliases) in links:
+                handed.append(arg)
+        if not handed:
+            return False
+        _, fn = self.target(call)
+        if fn is None:
+            return False
+        offset = bound_offset(call.func, fn)
+        return any(
+            argument_writes(self.summaries, fn, i) is not None
+            for arg in handed
+            for i in parameter_index(fn, call, offset, lambda a, arg=arg: a is arg)
+        )
 
     def _stores_what_it_held(self, n: int, links: set[str]) -> bool:
         """Whether store event `n` puts back an object the metadata already held, one the

@@ -967,9 +967,10 @@ def sampled_rows_name(node: ast.AST) -> str:
 def identity_rows(call: ast.Call) -> bool:
     """A compaction with the rows 0..n-1 (`torch.arange(n)`, `self.arange[:n]`,
     `range(n)`): each row is gathered onto itself, which moves nothing."""
-    if not call.args:
+    # the rows are the first argument, by position or by keyword (`slot_ids=...`)
+    rows = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg), None)
+    if rows is None:
         return False
-    rows = call.args[0]
     if isinstance(rows, ast.Call) and last_name(rows.func) in ("arange", "range"):
         return len(rows.args) == 1 or (len(rows.args) >= 2 and isinstance(rows.args[0], ast.Constant) and rows.args[0].value == 0)
     if isinstance(rows, ast.Subscript) and last_name(rows.value) == "arange" and isinstance(rows.slice, ast.Slice):

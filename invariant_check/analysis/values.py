@@ -764,12 +764,18 @@ class PickedInto(Around):
         if not spans or not any(p.holds(text, start, end) for p in ONE_ENTRY_SHAPES):
             return False
         in_context = self._contexts(text)
-        starts: list[int] | None = None
+        # the statements are split only as far as the occurrences asked about (most answers
+        # come at the first one)
+        pending = iter_statement_starts(text, start, end)
+        starts: list[int] = []
         for a, b in spans:
             if not in_context(a, b):
                 continue
-            if starts is None:
-                starts = statement_starts(text, start, end)
+            while not starts or starts[-1] <= a:
+                nxt = next(pending, None)
+                if nxt is None:
+                    break
+                starts.append(nxt)
             i = bisect.bisect_right(starts, a) - 1
             lo, hi = starts[i], starts[i + 1] if i + 1 < len(starts) else end
             if any(p.holds(text, lo, hi) for p in ONE_ENTRY_SHAPES):
@@ -792,25 +798,30 @@ def statement_starts(text: str, start: int, end: int) -> list[int]:
     """Offsets where the statements of `text[start:end]` begin (`start` begins one), as
     Python's tokenizer splits them: a newline or `;` outside brackets, strings and comments.
     An unterminated string ends the list there (the rest counts as one statement)."""
-    out = [start]
+    return list(iter_statement_starts(text, start, end))
+
+
+def iter_statement_starts(text: str, start: int, end: int) -> Iterator[int]:
+    """`statement_starts`, one offset at a time."""
+    yield start
     depth = 0
     pos = start
     while True:
         m = _STATEMENT_TOKEN.search(text, pos, end)
         if m is None:
-            return out
+            return
         tok, pos = m.group(), m.end()
         if tok in _STRING_END:
             close = _STRING_END[tok].match(text, pos, end)
             if close is None:
-                return out
+                return
             pos = close.end()
         elif tok in ("(", "[", "{"):
             depth += 1
         elif tok in (")", "]", "}"):
             depth = max(depth - 1, 0)
         elif tok in (";", "\n", "\r", "\r\n") and depth == 0:
-            out.append(pos)
+            yield pos
 
 
 def loop_collection(loop: ast.AST, name: str) -> str | None:
