@@ -146,6 +146,27 @@ def test_the_vllm_shapes_get_a_fix(code, marker, tmp_path):
         assert {f.fix.applicability for f in fixed} == {expected}
 
 
+def test_ic002_fix_calls_the_sampled_rows_where_the_compaction_gathers_rows_onto_themselves(tmp_path):
+    # `compact_topk_indices(self.arange[:n])` moves nothing: the fix is not to move it but to
+    # compact the sampled rows after the switch
+    rule = all_rules()["IC002"]
+    example = Invalid(
+        """
+def propose(self, token_indices_to_sample, batch_size):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    self.model.model.compact_topk_indices(self.arange[:batch_size])
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+        line=3,
+    )
+    (finding,) = _fixed_findings(rule, example, tmp_path)
+    assert finding.fix.message.startswith("Call `self.model.model.compact_topk_indices(token_indices_to_sample)`")
+    inserted = "".join(e.content for e in finding.fix.edits)
+    assert "compact_topk_indices(token_indices_to_sample)" in inserted and "arange" not in inserted
+
+
 def test_every_rule_documents_its_fix():
     for code, rule in all_rules().items():
         doc = rule.documentation()

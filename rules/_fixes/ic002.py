@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 
 from invariant_check.analysis.facts import last_name, ref, walk_local
+from invariant_check.analysis.switch_paths import identity_rows
 from invariant_check.api.edits import Editor, block_of, statement_holding
 from invariant_check.api.types import UNSAFE, Edit, Fix
 
@@ -38,7 +39,9 @@ def build(rule, report, view) -> Fix | None:
         return None
     bound = _bound_before(func, stmt)
     edits: list[Edit] = []
-    existing = _compactions(func, rule.compaction, ref(switch.func.value))
+    # a compaction of rows `0..n-1` moves nothing: not a misplaced compaction to move (moved,
+    # it would still gather each row onto itself)
+    existing = [(c, w) for c, w in _compactions(func, rule.compaction, ref(switch.func.value)) if not identity_rows(c)]
     if len(existing) > 1:
         return None
     if existing:
