@@ -72,7 +72,7 @@ def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
     # and a `getattr` per field of every node (the walk is most of what facts cost)
     AST, FUN, CLS, LAM = ast.AST, _FUNC_TYPES, ast.ClassDef, ast.Lambda
     stack: list[ast.AST] = []
-    _push_children(node, stack, AST)
+    push_children(node, stack, AST)
     pop, push = stack.pop, stack.append
     while stack:
         cur = pop()
@@ -101,7 +101,8 @@ def _walk_local(node: ast.AST) -> Iterator[ast.AST]:
 _FUNC_TYPES = frozenset(FUNCS)
 
 
-def _push_children(node: ast.AST, stack: list, AST=ast.AST) -> None:
+def push_children(node: ast.AST, stack: list, AST=ast.AST) -> None:
+    """Append the child nodes of `node` to `stack`, in `ast.iter_child_nodes` order."""
     for name in node._fields:
         value = getattr(node, name, None)
         if type(value) is list:
@@ -113,7 +114,7 @@ def _push_children(node: ast.AST, stack: list, AST=ast.AST) -> None:
 def child_nodes(node: ast.AST) -> list[ast.AST]:
     """`list(ast.iter_child_nodes(node))`, at a third of the cost."""
     out: list[ast.AST] = []
-    _push_children(node, out)
+    push_children(node, out)
     return out
 
 

@@ -617,6 +617,16 @@ def _layout_data(name: str, layout_field) -> bool:
     return layout_field(name) and not name.startswith(("max_", "min_", "num_"))
 
 
+def handed_attributes(call: ast.Call) -> Iterator[tuple[ast.AST, ast.Attribute]]:
+    """(argument, the attribute it spells) for each argument of a call, by position or keyword
+    (not `out=`, a write the syntax shows), that is an attribute or a slice of one:
+    `f(md.seq_lens)`, `kernel(seq_lens=md.seq_lens[:n])`."""
+    for arg in list(call.args) + [k.value for k in call.keywords if k.arg != "out"]:
+        base = arg.value if isinstance(arg, ast.Subscript) else arg
+        if isinstance(base, ast.Attribute):
+            yield arg, base
+
+
 def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassInfo | None:
     """The class of the object `obj` names in a function: its annotation, the class of
     `self.x`, a local bound to `Cls(...)` or to a copy of another object (`replace(o, ...)`)."""

@@ -202,12 +202,13 @@ class Module:
             return None
         chunk = top[-1]  # a later definition of the same name wins, as at run time
         if rest and chunk.kind == CLASS:
-            subs = ol.child_named(chunk, rest.split(".", 1)[0])
+            member = rest.split(".", 1)[0]
+            subs = ol.child_named(chunk, member)
             if subs:
                 return subs[-1]
             # a method defined inside an `if`/`try` of the class body (`if HAS_TRITON: def
             # m(...)`): in the class-body code after a method, the last such definition
-            method = f"{head}.{rest.split('.', 1)[0]}"
+            method = f"{head}.{member}"
             for sub in reversed(ol.children(chunk)):
                 if sub.extra_class and method in self.chunk_facts(sub).functions:
                     return sub
@@ -964,8 +965,8 @@ class Project:
         last `BRIEF_TREES` such chunks; then let them go, unless it was asked for again."""
         self._brief[(id(module), index)] = module
         while len(self._brief) > BRIEF_TREES:
-            (_, old), held = next(iter(self._brief.items()))
-            del self._brief[(id(held), old)]
+            key = next(iter(self._brief))  # the oldest
+            held, old = self._brief.pop(key), key[1]
             if old in held._passing and held._whole is None:
                 held._passing.discard(old)
                 held._stmts.pop(old, None)

@@ -56,6 +56,7 @@ from .fields import (
     covered,
     declared_data,
     filled_from,
+    handed_attributes,
     inherited_callers,
     local_aliases,
     mentioned_fields,
@@ -290,9 +291,8 @@ def written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str, 
         if not isinstance(sub, ast.Call):
             continue
         handed = []
-        for arg in list(sub.args) + [k.value for k in sub.keywords if k.arg != "out"]:
-            base = arg.value if isinstance(arg, ast.Subscript) else arg
-            if isinstance(base, ast.Attribute) and (base.attr in sources or variant_of(base.attr) in sources or (layout and step_field(base.attr))):
+        for arg, base in handed_attributes(sub):
+            if base.attr in sources or variant_of(base.attr) in sources or (layout and step_field(base.attr)):
                 obj = canonical(ref(base.value), aliases)
                 if obj is not None:
                     handed.append((arg, obj, base.attr))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .facts import last_name, ref
-from .fields import FieldFlow, bound_offset, canonical, fills, flows_to, parameter_index, resolve_call, writes_at
+from .fields import FieldFlow, bound_offset, canonical, fills, flows_to, handed_attributes, parameter_index, resolve_call, writes_at
 from .flow import Loop, Node
 from .needs import Names
 from .objects import aliases_of, bound_value, container_copy_of, copy_of, partials, through_partial
@@ -266,11 +266,7 @@ class MetadataSteps:
         metadata's own fields move with the inputs, as a write of them in the loop does."""
         from .tensor_writes import argument_writes
 
-        handed = []
-        for arg in list(call.args) + [k.value for k in call.keywords]:
-            base = arg.value if isinstance(arg, ast.Subscript) else arg
-            if isinstance(base, ast.Attribute) and canonical(ref(base.value), self.aliases) in links:
-                handed.append(arg)
+        handed = [arg for arg, base in handed_attributes(call) if canonical(ref(base.value), self.aliases) in links]
         if not handed:
             return False
         _, fn = self.target(call)

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
-from .facts import FUNCS, last_name, pattern_names, ref
+from .facts import FUNCS, last_name, pattern_names, push_children, ref
 from .needs import LAST_INDEX, NEXT_OF_ITER, Around, Names, Pattern, bound
 from .singletons import collection as _collection
 from .singletons import guarantee_of, one_element, source
@@ -536,23 +536,16 @@ def _target_refs(target: ast.AST) -> Iterator[str]:
 
 def _walk_expr(expr: ast.AST) -> Iterator[ast.AST]:
     """The nodes of an expression, not entering lambdas or comprehensions (other scopes)."""
-    # `child_nodes` in line (the walk is most of what the value analysis costs): the same
-    # nodes in the same order
+    # (the walk is most of what the value analysis costs: a type lookup, one call per node)
     stack = [expr]
-    pop, AST = stack.pop, ast.AST
+    pop = stack.pop
     while stack:
         node = pop()
         yield node
-        kind = type(node)
-        if kind in _OTHER_SCOPES and node is not expr:
+        if type(node) in _OTHER_SCOPES and node is not expr:
             continue
         children: list[ast.AST] = []
-        for name in kind._fields:
-            value = getattr(node, name, None)
-            if type(value) is list:
-                children.extend([item for item in value if isinstance(item, AST)])
-            elif isinstance(value, AST):
-                children.append(value)
+        push_children(node, children)
         children.reverse()
         stack.extend(children)
 
