@@ -153,8 +153,10 @@ class DraftMetadataNotRefreshed(Rule):
     (`md = build(...)` before the loop, or on the first step only) is repeated there (moved,
     when it sat in the loop). Metadata the callers pass in (vLLM's `generate_draft`) gets a
     `rebuild_<md>=None` parameter, called there while the metadata is set, and each call site in
-    the same file passes its own build, evaluated anew at every step (`lambda: <build>`, or a
-    small function right before a call written on one line). No fix when no caller in the
+    the same file passes its own build, evaluated anew at every step: a build bound to a local
+    (`md = build(...)`, as vLLM 0.13.0-0.18.0 write it) moves into a function of the caller,
+    called there and handed over (`rebuild_md=build_draft_md`), so it is written once; a build
+    written in the call is passed again as `lambda: <build>`. No fix when no caller in the
     project builds it, when the build is in another file or is one of several, or when a name
     it reads changes between the build and the call. A function passed around rather than called (a CUDA graph capture) keeps its
     single build: the parameter's default leaves it as it was.
@@ -742,6 +744,78 @@ def draft(self, common, positions):
             per_layer_md[name] = md
 """,
             line=4,
+        ),
+        # vLLM 0.13.0: the caller builds the metadata once and hands it to the loop. The fix
+        # moves that build into a function of the caller and hands the function over too.
+        Invalid(
+            """
+from typing import Any
+
+from .inputs import update_eagle_inputs
+from .metadata import build_attn_metadata
+
+
+class EagleSpeculator:
+    def generate_draft(self, num_reqs: int, attn_metadata: dict[str, Any]) -> None:
+        for step in range(1, self.num_speculative_steps):
+            hidden = self.run_model(num_reqs, attn_metadata)
+            update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+
+    def propose(self, num_reqs: int) -> None:
+        block_tables = [x[:num_reqs] for x in self.block_tables.input_block_tables]
+        attn_metadata = build_attn_metadata(
+            num_reqs=num_reqs,
+            seq_lens=self.input_buffers.seq_lens[:num_reqs],
+            block_tables=block_tables,
+        )
+        self.generate_draft(num_reqs, attn_metadata)
+""",
+            line=9,
+            files={"inputs.py": _INPUTS, "metadata.py": "def build_attn_metadata(**kw):\n    return dict(kw)\n"},
+        ),
+        # vLLM 0.18.0: the build sits in an `if`, the call after it.
+        Invalid(
+            """
+from .inputs import update_eagle_inputs
+from .metadata import build_attn_metadata
+
+
+class EagleSpeculator:
+    def generate_draft(self, num_reqs, attn_metadata):
+        for step in range(1, self.num_speculative_steps):
+            hidden = self.run_model(num_reqs, attn_metadata)
+            update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+
+    def propose(self, num_reqs, dummy_run=False):
+        attn_metadata_updated = None
+        if not dummy_run:
+            block_tables = [x[:num_reqs] for x in self.block_tables.input_block_tables]
+            attn_metadata_updated = build_attn_metadata(
+                num_reqs=num_reqs, block_tables=block_tables
+            )
+        self.generate_draft(num_reqs, attn_metadata_updated)
+""",
+            line=7,
+            files={"inputs.py": _INPUTS, "metadata.py": "def build_attn_metadata(**kw):\n    return dict(kw)\n"},
+        ),
+        # The build written in the call: the call site passes it again, evaluated anew.
+        Invalid(
+            """
+from .inputs import update_eagle_inputs
+from .metadata import build_attn_metadata
+
+
+class EagleSpeculator:
+    def generate_draft(self, num_reqs, attn_metadata):
+        for step in range(1, self.num_speculative_steps):
+            hidden = self.run_model(num_reqs, attn_metadata)
+            update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+
+    def propose(self, num_reqs):
+        self.generate_draft(num_reqs, build_attn_metadata(num_reqs=num_reqs))
+""",
+            line=7,
+            files={"inputs.py": _INPUTS, "metadata.py": "def build_attn_metadata(**kw):\n    return dict(kw)\n"},
         ),
     ]
 

@@ -10,8 +10,10 @@ before its forward, so the forward sees the positions and lengths the previous s
   goes with it: the build now runs every step).
 - Passed in by the callers (a parameter, as in vLLM's `generate_draft`): the function gets a
   `rebuild_<md>=None` parameter and calls it before the forward while the metadata is set;
-  each call site in the same file passes `rebuild_<md>=lambda: <its own build>`, the very
-  call it built the metadata with, evaluated again at every step.
+  each call site in the same file passes the very build it made the metadata with, evaluated
+  again at every step: `md = build(...)` becomes `def build_draft_md(): return build(...)`
+  and `md = build_draft_md()`, and the call passes `rebuild_<md>=build_draft_md` (one build,
+  written once); a build written in the call itself is passed as `lambda: <build>`.
 
 No fix when the build cannot be found (a caller in another file, metadata that arrives
 through an attribute set elsewhere, or several different builds), or when a name the build
@@ -212,14 +214,27 @@ def _rebuild_from_callers(ed: Editor, view, func: ast.AST, loop: ast.AST, anchor
         return None  # no caller, or one in another file: the build is not this file's to move
     rebuild = _fresh(func, f"rebuild_{md.rsplit('.', 1)[-1]}")
     edits: list[Edit] = []
+    annotation, imports = _annotation(ed, view, func, md)
+    taken: set[str] = set()
     for site in sites:
         arg = call_argument(site.call, fn, index)
         if arg is None:
             return None
+        if any(kw.arg == rebuild for kw in site.call.keywords):
+            return None
+        closure = _closure_for(ed, view, site, arg, md, _returned(ed, func, md), taken)
+        if closure is not None:
+            # the build bound to a local moves into a function of the caller, called there
+            # and handed over: one build, written once
+            name, moved = closure
+            edit = add_keywords(ed, site.call, [f"{rebuild}={name}"])
+            if edit is None:
+                return None
+            edits += moved
+            edits.append(edit)
+            continue
         built = _build_for(ed, site, arg)
         if built is None:
-            return None
-        if any(kw.arg == rebuild for kw in site.call.keywords):
             return None
         # the copy without the comments of the original (they stay there); laid out
         # afterwards as the project's formatter would (`invariant_check.api.layout`)
@@ -228,7 +243,6 @@ def _rebuild_from_callers(ed: Editor, view, func: ast.AST, loop: ast.AST, anchor
         if edit is None:
             return None
         edits.append(edit)
-    annotation, imports = _annotation(ed, view, func, md)
     param = add_parameter(ed, func, f"{rebuild}{annotation}" + (" = None" if annotation else "=None"))
     if param is None:
         return None
@@ -299,6 +313,156 @@ def _annotation(ed: Editor, view, func: ast.AST, md: str) -> tuple[str, list[Edi
 
 
 
+def _returned(ed: Editor, func: ast.AST, md: str) -> str:
+    """` -> <md's annotation>` for the function holding a moved build, "" when the metadata
+    parameter is not annotated (nor are its neighbours, then)."""
+    args = func.args
+    ann = next((p.annotation for p in args.posonlyargs + args.args + args.kwonlyargs if p.arg == md), None)
+    if ann is None:
+        return ""
+    text = ed.node_text(ann)
+    return "" if "\n" in text else f" -> {text}"
+
+
+def _single_build(site, name: str) -> ast.Assign | ast.AnnAssign | None:
+    """The one `name = <call>(...)` of the caller before the call site, when nothing else
+    binds `name` there (`None` aside) and nothing the build reads is bound again before the
+    call."""
+    caller = site.node
+    builds, others = [], []
+    for sub in walk_local(caller):
+        if isinstance(sub, (ast.Assign, ast.AnnAssign)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets):
+                value = sub.value
+                if isinstance(value, ast.Call):
+                    builds.append(sub)
+                elif not (isinstance(value, ast.Constant) and value.value is None):
+                    others.append(sub)
+        elif isinstance(sub, (ast.AugAssign, ast.For, ast.With, ast.NamedExpr)):
+            if any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store) for n in ast.walk(sub)):
+                others.append(sub)
+    if len(builds) != 1 or others or builds[0].lineno > site.call.lineno:
+        return None
+    if not _reads_stay(caller, builds[0].value, builds[0].lineno, site.call.lineno):
+        return None
+    return builds[0]
+
+
+def _reads_stay(caller: ast.AST, build: ast.AST, since: int, until: int) -> bool:
+    """Whether every name the build reads means the same when it runs again at the call."""
+    reads = {n.id for n in ast.walk(build) if isinstance(n, ast.Name)}
+    for sub in walk_local(caller):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id in reads and since < sub.lineno <= until:
+            return False
+    return True
+
+
+_NOT_MOVABLE = (ast.Await, ast.Yield, ast.YieldFrom, ast.NamedExpr, ast.Lambda)
+
+
+def _closure_for(ed: Editor, view, site, arg: ast.AST, md: str, returns: str, taken: set[str]) -> tuple[str, list[Edit]] | None:
+    """`md = build(...)` in the caller made `def <f>(): return build(...)` and `md = <f>()`,
+    so that the call site hands `<f>` over: the build is moved, not copied. The function goes
+    right where the build was, or, when the call is outside the block that holds the build
+    (an `if` around it), before that block's outermost statement in the call's block: it
+    runs only after the build's inputs exist, as the rebuild runs only while the metadata is
+    set. None when the build is not a single statement of its own or cannot move into a
+    function (an `await`, a `yield`, a walrus, a bare `super()`)."""
+    if not isinstance(arg, ast.Name):
+        return None
+    stmt = _single_build(site, arg.id)
+    if stmt is None or not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
+        return None
+    value = stmt.value
+    for n in ast.walk(value):
+        if isinstance(n, _NOT_MOVABLE):
+            return None
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "super" and not n.args:
+            return None
+        if isinstance(n, ast.Name) and n.id == arg.id:
+            return None
+    caller = site.node
+    indent = ed.indent_of(stmt)
+    if indent is None or not ed.ends_its_line(stmt):
+        return None
+    holder = _common_holder(caller, stmt, statement_holding(caller, site.call))
+    if holder is None:
+        return None
+    bound = set(view.module.bindings().bindings)
+    used = {n.id for n in ast.walk(caller) if isinstance(n, ast.Name)} | set(_params(caller)) | bound | taken
+    name = f"build_draft_{md.rsplit('.', 1)[-1]}".replace("draft_draft_", "draft_")
+    base, i = name, 2
+    while name in used:
+        name, i = f"{base}{i}", i + 1
+    taken.add(name)
+    text = ed.node_text(value)
+    lines = text.split("\n")
+    # continuation lines keep their place relative to the first, one level deeper
+    body = "\n".join([lines[0]] + [("    " + l) if l.strip() else l for l in lines[1:]])
+    if holder is stmt:
+        first_line = _leading_comments(ed, stmt, indent)
+        edits = []
+        if _needs_blank_before(ed, caller, stmt, first_line):
+            edits.append(Edit(first_line, 1, first_line, 1, "\n"))
+        target = ed.node_text(stmt.targets[0])
+        code = f"def {name}(){returns}:\n{indent}    return {body}\n\n{indent}{target} = {name}()"
+        edits.append(ed.replace(stmt, code))
+        return name, edits
+    hindent = ed.indent_of(holder)
+    if hindent is None:
+        return None
+    # moved out of the block around it: one level less deep
+    shift = len(indent) - len(hindent)
+    moved = "\n".join([lines[0]] + [l[shift:] if l[:shift].strip() == "" else l for l in lines[1:]])
+    moved = "\n".join([moved.split("\n")[0]] + [("    " + l) if l.strip() else l for l in moved.split("\n")[1:]])
+    first_line = _leading_comments(ed, holder, hindent)
+    blank = "\n" if _needs_blank_before(ed, caller, holder, first_line) else ""
+    code = f"{blank}{hindent}def {name}(){returns}:\n{hindent}    return {moved}\n\n"
+    return name, [Edit(first_line, 1, first_line, 1, code), ed.replace(value, f"{name}()")]
+
+
+def _common_holder(caller: ast.AST, stmt: ast.stmt, call_stmt: ast.stmt | None) -> ast.stmt | None:
+    """The statement holding `stmt` (itself or an enclosing one) in the innermost block that
+    also holds the call after it; None when there is none or a loop lies between them."""
+    if call_stmt is None:
+        return None
+    parents = parents_of(caller)
+    cur: ast.AST = stmt
+    while cur is not caller:
+        found = block_of(caller, cur)
+        if found is None:
+            return None
+        block, i = found
+        if any(s is call_stmt or _inside(s, call_stmt) for s in block[i + 1 :]):
+            return cur
+        if _inside(cur, call_stmt):
+            return None
+        parent = parents.get(id(cur))
+        if parent is None or isinstance(parent, (ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            # a loop runs the build again, a `with` or `try` guards it: it stays there
+            return None
+        cur = parent
+    return None
+
+
+def _leading_comments(ed: Editor, stmt: ast.stmt, indent: str) -> int:
+    """The first line of the comment lines right above a statement (they describe it)."""
+    line = stmt.lineno
+    while line > 1 and ed.line(line - 1).startswith(indent) and ed.line(line - 1).strip().startswith("#"):
+        line -= 1
+    return line
+
+
+def _needs_blank_before(ed: Editor, caller: ast.AST, stmt: ast.stmt, first_line: int) -> bool:
+    """Whether a function put at `first_line` needs the blank line the formatter puts before
+    a nested `def` (none at the start of a block, nor after a blank line)."""
+    found = block_of(caller, stmt)
+    if found is None or found[1] == 0:
+        return False
+    return first_line > 1 and ed.line(first_line - 1).strip() != ""
+
+
 def _build_for(ed: Editor, site, arg: ast.AST) -> str | None:
     """The build the caller passed, as its source (later lines relative to the first), or
     None when it is not a build of its own."""
@@ -307,30 +471,16 @@ def _build_for(ed: Editor, site, arg: ast.AST) -> str | None:
         build = arg
         since = arg.lineno
     elif isinstance(arg, ast.Name):
-        builds, others = [], []
-        for sub in walk_local(caller):
-            if isinstance(sub, (ast.Assign, ast.AnnAssign)):
-                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
-                if any(isinstance(t, ast.Name) and t.id == arg.id for t in targets):
-                    value = sub.value
-                    if isinstance(value, ast.Call):
-                        builds.append(sub)
-                    elif not (isinstance(value, ast.Constant) and value.value is None):
-                        others.append(sub)
-            elif isinstance(sub, (ast.AugAssign, ast.For, ast.With, ast.NamedExpr)):
-                if any(isinstance(n, ast.Name) and n.id == arg.id and isinstance(n.ctx, ast.Store) for n in ast.walk(sub)):
-                    others.append(sub)
-        if len(builds) != 1 or others or builds[0].lineno > site.call.lineno:
+        found = _single_build(site, arg.id)
+        if found is None:
             return None
-        build = builds[0].value
-        since = builds[0].lineno
+        build = found.value
+        since = found.lineno
     else:
         return None
     # what the build reads must mean the same when the lambda runs
-    reads = {n.id for n in ast.walk(build) if isinstance(n, ast.Name)}
-    for sub in walk_local(caller):
-        if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store) and sub.id in reads and since < sub.lineno <= site.call.lineno:
-            return None
+    if not _reads_stay(caller, build, since, site.call.lineno):
+        return None
     text = ed.node_text(build)
     if "\n" in text:
         first = ed.line(build.lineno)
