@@ -168,7 +168,9 @@ class LastEntryValidation(Rule):
     helper is called for each entry. Otherwise an `assert`, an `if` that only raises, or a
     validating call moves into the loop, right after the statement that binds the value.
     No fix for a dispatch without a collection (which group decides is a design question), for
-    a check stored in a flag first, or when the check reads names bound between the loop and it.
+    a check stored in a flag first, for a value a comprehension's walrus binds (there is no
+    loop body to move the check into), or when the check reads names bound between the loop
+    and it.
 
     ## Options
     - `metadata-names` (globs, any case): names that hold attention metadata.
@@ -849,6 +851,21 @@ def prepare(self, cad):
 """,
             line=6,
             message_contains="last `attn_metadata`",
+        ),
+        # The same walrus, its value checked by an attribute rather than a type.
+        Invalid(
+            """
+def prepare(self, cad):
+    per_layer = {
+        name: (attn_md := self.builders[name].build_for_drafting(cad, 0))
+        for name in self.attn_layer_names
+    }
+    if attn_md.num_actual_tokens > self.max_num_tokens:
+        raise RuntimeError("draft batch larger than the captured graphs")
+    return self.run_model(per_layer)
+""",
+            line=6,
+            message_contains="last `attn_md`",
         ),
         # The group loop moved into a helper that returns its last value beside the dict.
         Invalid(

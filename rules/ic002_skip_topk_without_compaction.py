@@ -148,7 +148,10 @@ class SkipTopkWithoutCompaction(Rule):
     function across the project (through imports), and the function a nested one is defined
     in. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
     runs: a switch before the `yield` is followed into that block (a compaction placed
-    after the block's first forward comes too late).
+    after the block's first forward comes too late). A switch on a parameter of the function
+    (`def enable_reuse(draft_model): draft_model.set_skip_topk(True)`) is, in each caller, a
+    switch on the argument passed for it (`enable_reuse(self.model.model)`): a compaction of
+    `self.model.model` there covers it, one of another model does not.
 
     ## Which objects it checks
     A switch counts only on an object that can hold a shared top-k buffer. The receiver
@@ -909,6 +912,43 @@ def propose(self, token_indices_to_sample):
         hidden = self.model(**self.inputs)
 """
         ),
+        # A helper of another module switches the model it is handed; its caller compacts
+        # that model (as it spells it) before the next step.
+        Valid(
+            """
+from .reuse import enable_topk_reuse
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    enable_topk_reuse(self.model.model)
+    self.model.model.compact_topk_indices(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            files={"reuse.py": "def enable_topk_reuse(draft_model):\n    draft_model.set_skip_topk(True)\n"},
+        ),
+        # The same through a `@contextmanager` that switches the model it is handed: the
+        # `with` block compacts before its first forward.
+        Valid(
+            """
+from contextlib import contextmanager
+
+@contextmanager
+def topk_reuse(draft_model):
+    draft_model.set_skip_topk(True)
+    try:
+        yield
+    finally:
+        draft_model.set_skip_topk(False)
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    with topk_reuse(self.model.model):
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1423,6 +1463,21 @@ def propose(self, batch_size):
         hidden = self.model(**self.inputs)
 """,
             line=3,
+        ),
+        # The helper switches the model it is handed, and the caller compacts another one.
+        Invalid(
+            """
+def enable_topk_reuse(draft_model):
+    draft_model.set_skip_topk(True)
+
+def draft(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    enable_topk_reuse(self.model.model)
+    self.target_model.compact_topk_indices(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=2,
         ),
     ]
 

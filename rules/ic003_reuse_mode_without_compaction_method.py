@@ -814,6 +814,23 @@ def triton_compact(layers, slot_ids):
         buf[: slot_ids.numel()] = buf[slot_ids]
 """},
         ),
+        # A generic base, subscripted: the class derives from `nn.Module` and `Generic`.
+        Invalid(
+            """
+from typing import Generic, TypeVar
+
+import torch.nn as nn
+
+ConfigT = TypeVar("ConfigT")
+
+
+class SparseMTP(nn.Module, Generic[ConfigT]):
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=8,
+        ),
     ]
 
     @classmethod

@@ -298,12 +298,14 @@ class StaleDerivedMetadata(Rule):
     A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
     bounds: not a finding. It does stale a memo, and so does any other change of the layout
     (`X.query_start_loc = ...`), where the object is handed on again in a loop after the
-    change (the draft steps that rebuild from it read what a reader cached before) or the
-    change is an advance. A memo counts as brought along when it is set to `None` (its method
-    fills it again) or filled anew; an update of it before the change counts only if no
-    reader had the object in between (a builder may have filled it there). A layout changed
-    once, outside any loop that reuses the object (a builder's own adjustment of its copy),
-    is left alone.
+    change (the draft steps that rebuild from it read what a reader cached before), where the
+    function itself filled the memo before the change (called its method or read its
+    property on the object: `X.token_to_seq()`) and hands the object on or returns it after
+    it, or where the change is an advance. A memo counts as brought along when it is set to
+    `None` (its method fills it again) or filled anew; an update of it before the change
+    counts only if no reader had the object in between (a builder may have filled it there).
+    Any other layout changed once, outside any loop that reuses the object (a builder's own
+    adjustment of its copy), is left alone.
 
     ## Two decisions, checked on vLLM's release trees
     - **Tree drafting** (`propose_tree`, 0.13.0 to 0.20.0) advances `seq_lens` through
@@ -872,6 +874,105 @@ def draft(md: PagedMeta, num_steps: int):
         run_draft(md)
 """,
             files={"paged.py": _PAGED_BOUNDS},
+        ),
+        # Every derived field follows the advance inside a `try`; an exception there leaves
+        # through the `finally` and no later step runs.
+        Valid(
+            """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DraftMetadata:
+    seq_lens: torch.Tensor
+    max_seq_len: int
+    seq_lens_cpu_upper_bound: torch.Tensor | None = None
+
+
+def make(seq_lens, bound):
+    return DraftMetadata(seq_lens=seq_lens, max_seq_len=int(seq_lens.max()), seq_lens_cpu_upper_bound=bound + 0)
+
+
+class Proposer:
+    def propose(self, md: DraftMetadata, builder):
+        for step in range(1, self.num_speculative_tokens):
+            try:
+                md.seq_lens += 1
+                md.max_seq_len = min(md.max_seq_len + 1, self.max_model_len)
+                md.seq_lens_cpu_upper_bound = None
+            finally:
+                self.steps_done += 1
+            self.run_model(builder.build_for_drafting(md, step))
+"""
+        ),
+        # No loop, the memo filled first: the new layout resets it before the hand-off.
+        Valid(
+            """
+from .metadata import IndexerMetadata
+
+
+def propose(self, md: IndexerMetadata, batch_size: int):
+    self.indexer.prefill(md.token_to_seq())
+    md.query_start_loc = self.arange[: batch_size + 1]
+    md.num_actual_tokens = batch_size
+    md._token_to_seq_cache = None
+    return self.run_model(md)
+""",
+            files={"metadata.py": """from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class IndexerMetadata:
+    query_start_loc: torch.Tensor
+    num_actual_tokens: int
+    _token_to_seq_cache: torch.Tensor | None = None
+
+    def token_to_seq(self) -> torch.Tensor:
+        if self._token_to_seq_cache is not None:
+            return self._token_to_seq_cache
+        q_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        self._token_to_seq_cache = torch.repeat_interleave(
+            torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
+        )
+        return self._token_to_seq_cache
+"""},
+        ),
+        # No loop, and the memo is filled only after the new layout: it reads the new one.
+        Valid(
+            """
+from .metadata import IndexerMetadata
+
+
+def propose(self, md: IndexerMetadata, batch_size: int):
+    md.query_start_loc = self.arange[: batch_size + 1]
+    md.num_actual_tokens = batch_size
+    self.indexer.prefill(md.token_to_seq())
+    return self.run_model(md)
+""",
+            files={"metadata.py": """from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class IndexerMetadata:
+    query_start_loc: torch.Tensor
+    num_actual_tokens: int
+    _token_to_seq_cache: torch.Tensor | None = None
+
+    def token_to_seq(self) -> torch.Tensor:
+        if self._token_to_seq_cache is not None:
+            return self._token_to_seq_cache
+        q_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        self._token_to_seq_cache = torch.repeat_interleave(
+            torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
+        )
+        return self._token_to_seq_cache
+"""},
         ),
     ]
 
@@ -1630,6 +1731,41 @@ def propose(self, kv_lens, ids):
 """,
             line=20,
             message_contains="`max_kv_len` of `md`",
+        ),
+        # No loop: the step fills the memo, then gives the object a new layout and hands it on.
+        Invalid(
+            """
+from .metadata import IndexerMetadata
+
+
+def propose(self, md: IndexerMetadata, batch_size: int):
+    self.indexer.prefill(md.token_to_seq())
+    md.query_start_loc = self.arange[: batch_size + 1]
+    md.num_actual_tokens = batch_size
+    return self.run_model(md)
+""",
+            line=6,
+            message_contains="`_token_to_seq_cache`",
+            files={"metadata.py": """from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class IndexerMetadata:
+    query_start_loc: torch.Tensor
+    num_actual_tokens: int
+    _token_to_seq_cache: torch.Tensor | None = None
+
+    def token_to_seq(self) -> torch.Tensor:
+        if self._token_to_seq_cache is not None:
+            return self._token_to_seq_cache
+        q_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        self._token_to_seq_cache = torch.repeat_interleave(
+            torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
+        )
+        return self._token_to_seq_cache
+"""},
         ),
     ]
 

@@ -155,8 +155,9 @@ class DraftMetadataNotRefreshed(Rule):
     `rebuild_<md>=None` parameter, called there while the metadata is set, and each call site in
     the same file passes its own build, evaluated anew at every step: a build bound to a local
     (`md = build(...)`, as vLLM 0.13.0-0.18.0 write it) moves into a function of the caller,
-    called there and handed over (`rebuild_md=build_draft_md`), so it is written once; a build
-    written in the call is passed again as `lambda: <build>`. No fix when no caller in the
+    called there and handed over (`rebuild_md=build_draft_md`), so it is written once; a call
+    of the class's own build helper (`self._build_draft_attn_metadata(...)`, vLLM 0.19.0+) or
+    a build written in the call is passed again as `lambda: <build>`. No fix when no caller in the
     project builds it, when the build is in another file or is one of several, or when a name
     it reads changes between the build and the call. A function passed around rather than called (a CUDA graph capture) keeps its
     single build: the parameter's default leaves it as it was.

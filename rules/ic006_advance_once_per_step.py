@@ -702,6 +702,24 @@ class Proposer(DraftBase):
 """,
             line=9,
         ),
+        # A kernel read by name, given the step's tokens and the proposer's input buffers: the
+        # buffers kept on the proposer are what moves.
+        Invalid(
+            """
+from .kernels import update_eagle_inputs
+
+
+class Proposer:
+    def propose(self, common_attn_metadata, draft_tokens, hidden):
+        per_layer = {}
+        for layer_name in self.attn_layer_names:
+            update_eagle_inputs(draft_tokens, hidden, self.input_buffers)
+            per_layer[layer_name] = self.builder.build_for_drafting(common_attn_metadata, 1)
+        return per_layer
+""",
+            line=8,
+            message_contains="advances `self.input_buffers`",
+        ),
     ]
 
     @classmethod

@@ -191,6 +191,20 @@ def method_memos(item: ast.AST, fields: set[str], where: str, owner: str | None)
     return out
 
 
+_READER = re.compile(r"(?:property `(\w+)` caches it|`(\w+)\(\)` fills it|`@cached_property` `(\w+)`)")
+
+
+def memo_reader(d: Derivation) -> str | None:
+    """The method (or property) whose call fills a memo: the evidence's function, or, for
+    the bundled table (which keeps only the text), the name `method_memos` wrote into `how`."""
+    if d.kind != "memo":
+        return None
+    if d.function:
+        return d.function.rsplit(".", 1)[-1]
+    m = _READER.search(d.how)
+    return next((g for g in m.groups() if g), None) if m else None
+
+
 def module_derivations(module, class_names: Iterable[str]) -> list[Derivation]:
     """The derivations a module of the project model shows through its constructors of the
     named classes (`Meta(seq_lens=s, total=int(s.sum()))`), learned once per module and class

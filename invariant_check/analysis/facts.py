@@ -321,7 +321,8 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
     return ClassFacts(
         qual=qual,
         line=node.lineno,
-        bases=[ref(b) for b in node.bases],
+        # `Generic[T]`, `Base[Config]`: the class derives from the subscripted one
+        bases=[ref(b.value if isinstance(b, ast.Subscript) else b) for b in node.bases],
         attrs=attrs,
         methods=sorted(names),
         fields=fields,

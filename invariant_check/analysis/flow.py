@@ -255,7 +255,14 @@ class Flow:
                     hp = self._chain(hp, self._new("bind", handler, handler.name))
                 ends |= self._block(handler.body, hp)
             if st.finalbody:
-                ends = self._block(st.finalbody, ends | inside)
+                if st.handlers:
+                    ends = self._block(st.finalbody, ends | inside)
+                else:
+                    # an exception in the body runs the `finally` block and leaves: on that
+                    # path (a copy of the block, built first so that the events of the
+                    # block's calls are the normal path's) no later step follows
+                    self._block(st.finalbody, inside)
+                    ends = self._block(st.finalbody, ends)
             return ends
         if isinstance(st, ast.Break):
             if self._breaks:

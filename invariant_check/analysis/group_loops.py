@@ -370,7 +370,10 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
         given = _named_arguments(call, fields) or [r for r in (ref(v) for v in passed_values(call)) if r]
         if not given:
             return STATE, via, "call"
-        hit = next((g for g in given if shared(g)), None)
+        hits = [g for g in given if shared(g)]
+        # of what it is given, the state kept on the object (`self.input_buffers` beside the
+        # step's `draft_tokens`) is what a kernel like `update_eagle_inputs` moves
+        hit = next((g for g in hits if _root(canonical(g, aliases)) == "self"), hits[0] if hits else None)
         return (canonical(hit, aliases) or hit, via, "call") if hit is not None else None
     for index, below in sorted(roots, key=str):
         if index == STATE:

@@ -596,6 +596,9 @@ _BIND_BEFORE = r"\b(?:for|as|import|def|class|case)\b"
 _BIND_WORDS = ("for", "as", "import", "def", "class", "case")
 
 
+_WALRUS = re.compile(r"[ \t]*:=")
+
+
 def bound(names: Names) -> Around:
     return Around(names, after=_BIND_AFTER, before=_BIND_BEFORE, before_words=_BIND_WORDS,
                   describe=f"{names.describe()} bound")
@@ -604,8 +607,9 @@ def bound(names: Names) -> Around:
 class LoopLeftover(Around):
     """What `values.LastValues` calls a loop leftover needs in its function's text: a name
     (matching `names`) bound after the first loop statement (a loop's body and target come
-    after its header) and read again after the line that binds it (the check comes after the
-    loop). `for` and `while` statements as `Statement` finds them."""
+    after its header), or by a walrus anywhere (one in a comprehension binds in the function),
+    and read again after the line that binds it (the check comes after the loop). `for` and
+    `while` statements as `Statement` finds them."""
 
     cost = 9
 
@@ -616,12 +620,11 @@ class LoopLeftover(Around):
 
     def holds(self, text: str, start: int = 0, end: int | None = None) -> bool:
         end = len(text) if end is None else end
-        first = min((p for p in (s.first(text, start, end) for s in self._loops) if p >= 0), default=-1)
-        if first < 0:
-            return False
+        first = min((p for p in (s.first(text, start, end) for s in self._loops) if p >= 0), default=end)
         in_context = self._contexts(text)
-        for a, b in self.names.occurrences(text, first, end):
-            if not in_context(a, b):
+        for a, b in self.names.occurrences(text, start, end):
+            # a walrus in a comprehension binds in the function, with no loop statement
+            if (a < first and not _WALRUS.match(text, b)) or not in_context(a, b):
                 continue
             line_end = text.find("\n", b, end)
             if line_end >= 0 and word_of(text[a:b]).holds(text, line_end, end):

@@ -31,6 +31,7 @@ from .derivations import (
     holds_layout,
     in_family,
     layout_state,
+    memo_reader,
     memos_of,
     module_advances,
     module_derivations,
@@ -121,6 +122,9 @@ def increment_need(table: Table) -> Need:
         Stored(handed),
         AllNeed(Passed(Names(layout, case_sensitive=True), attribute=True), loop),
         AllNeed(Stored(exact, layout), loop),
+        # outside a loop, where the function fills the memo itself before the write
+        # (`md.token_to_seq()`, then `md.query_start_loc = ...`)
+        Stored(exact),
     ]
     return AnyNeed(*parts)
 
@@ -199,6 +203,7 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
     store of a field a memo reads."""
     sources = table.sources()
     handed = table.stepped_sources()
+    exact = table.exact_sources()
     has_loop = False
     sums: dict[str, ast.AST] = {}
     # (types compared, not `isinstance`: this look runs over every node of every candidate)
@@ -233,6 +238,8 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
                     value = sums.get(value.id, value)  # `new = md.seq_lens + 1; md.seq_lens = new`
                 if has_loop or isinstance(value, ast.BinOp):
                     return True
+                if named(t, exact, layout=False) and _called_on_before(nodes, ref(t.value), sub.lineno):
+                    return True  # a memo this function may have filled (judged in `wanted`)
                 # a builder filling a layout field from a call is no step, unless a release
                 # derives something from that field
                 if isinstance(value, (ast.Call, ast.IfExp)) and named(t, sources, layout=False):
@@ -254,6 +261,16 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
             if any(named(a, handed, has_loop) for a in sub.args) or any(named(k.value, handed, has_loop) for k in sub.keywords if k.arg != "out"):
                 return True
     return False
+
+
+def _called_on_before(nodes: list[ast.AST], receiver: str | None, line: int) -> bool:
+    """Whether a method of `receiver` is called before `line` (`md.token_to_seq()`)."""
+    if receiver is None:
+        return False
+    return any(
+        type(n) is ast.Call and n.lineno < line and isinstance(n.func, ast.Attribute) and ref(n.func.value) == receiver
+        for n in nodes
+    )
 
 
 _LOOPS = frozenset({ast.For, ast.AsyncFor, ast.While})
@@ -445,6 +462,27 @@ class DraftStep:
             self._derivations[key] = got  # type: ignore[assignment]
         return bool(got)
 
+    def filled_here(self, write: FieldWrite, ds: list[Derivation]) -> list[Derivation]:
+        """The memos of `ds` this function fills on the written object before the write (a
+        call of the method, a read of the property, that fills it), when it hands the object
+        on or returns it after the write: what it handed on holds the memo of the old layout."""
+        line = getattr(write.node, "lineno", 0)
+        readers: set[str] = set()
+        handed_after = False
+        for sub in walk_local(self.func):
+            if isinstance(sub, ast.Attribute) and getattr(sub, "lineno", line) < line:
+                if canonical(ref(sub.value), self.aliases) == write.obj:
+                    readers.add(sub.attr)
+            elif isinstance(sub, ast.Call) and sub.lineno > line:
+                if any(canonical(ref(a), self.aliases) == write.obj for a in handed_on(sub)):
+                    handed_after = True
+            elif isinstance(sub, ast.Return) and sub.value is not None and sub.lineno > line:
+                if canonical(ref(sub.value), self.aliases) == write.obj:
+                    handed_after = True
+        if not handed_after:
+            return []
+        return [d for d in ds if d.exact and memo_reader(d) in readers]
+
     def evidence(self, write: FieldWrite, stale: list[str]) -> dict[str, Derivation]:
         out: dict[str, Derivation] = {}
         ds = self.derivations(write)
@@ -464,8 +502,9 @@ class DraftStep:
         ds = self.derivations(write)
         if write.sign != 1 and ds and not self.reused_in_loop(write, write.node):
             # a layout changed outside any draft loop (a builder's own adjustment): the memo
-            # matters to the readers of this object only where steps go on reusing it
-            ds = []
+            # matters to the readers of this object only where steps go on reusing it, or
+            # where this function filled it before the write and hands the object on after
+            ds = self.filled_here(write, ds)
         # memos first: a field and its backing store are named as the memo names it
         derived = list(dict.fromkeys(d.field for d in sorted(ds, key=lambda d: not d.exact)))
         if not derived:

@@ -532,29 +532,71 @@ class Window:
         stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
         outcome = "covered"
         for caller, node, call in sites:
-            flow = FieldFlow(node)
-            idx = flow.by_call.get(id(call))
-            if idx is None:
+            # the switched model as the caller spells it: `enable_reuse(self.model.model)`
+            # with `def enable_reuse(draft_model): draft_model.set_skip_topk(True)`
+            mine = self.receiver, self.canon_receiver
+            self.receiver = self.canon_receiver = self._receiver_at(fn, call)
+            try:
+                got = self._through_caller(caller, node, call, owner, forward, stable_self, depth, verdict)
+            finally:
+                self.receiver, self.canon_receiver = mine
+            if got == "open":
                 return "open"
-            aliases = dotted_aliases(node)
-            stop = self._stopper(aliases, caller, owner, flow, forward, idx)
-            known_here = dict(flow.known_at(idx, fixed=True))
-            known_here.update(stable_self)
-            self._flow_known[id(flow)] = known_here
-            paths = flow.search(idx, forward, stop, known_here, self._assume)
-            uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
-            if uncovered:
-                return "open"
-            verdict.via.append(caller.qual)
-            if paths.get("end"):
-                if not forward:
-                    return "open"  # further up: the order is not in the source
-                further = self._through_callers(caller, forward, known_here, depth - 1, verdict) if depth > 1 else "open"
-                if further == "open":
-                    return "open"
-                if further == "unknown":
-                    outcome = "unknown"
+            if got == "unknown":
+                outcome = "unknown"
         return outcome
+
+    def _receiver_at(self, fn: FunctionInfo, call: ast.Call) -> str | None:
+        """The switched model in a caller's terms: a receiver rooted at a parameter of `fn`
+        becomes the argument passed for it (None, "cannot be told", when none is spelled);
+        `self.*` stays as it is."""
+        mine = self.canon_receiver
+        node = fn.node()
+        if mine is None or node is None or not getattr(node, "args", None):
+            return mine
+        root, dot, rest = mine.partition(".")
+        args = node.args
+        params = [a.arg for a in args.posonlyargs + args.args]
+        method = fn.facts.cls is not None
+        if method and params:
+            if root == params[0]:
+                return mine  # `self.model`: the same object in a method of the class
+            params = params[1:]
+        if root not in params and root not in [a.arg for a in args.kwonlyargs]:
+            return mine
+        passed = None
+        if root in params and params.index(root) < len(call.args):
+            i = params.index(root)
+            if not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
+                passed = call.args[i]
+        else:
+            passed = next((kw.value for kw in call.keywords if kw.arg == root), None)
+        spelled = ref(passed) if passed is not None else None
+        if spelled is None:
+            return None
+        return spelled + dot + rest
+
+    def _through_caller(self, caller, node, call, owner: ClassInfo | None, forward: bool, stable_self: dict[str, bool], depth: int, verdict: Verdict) -> str:
+        """One caller's share of `_through_callers`: 'covered', 'open' or 'unknown'."""
+        flow = FieldFlow(node)
+        idx = flow.by_call.get(id(call))
+        if idx is None:
+            return "open"
+        aliases = dotted_aliases(node)
+        stop = self._stopper(aliases, caller, owner, flow, forward, idx)
+        known_here = dict(flow.known_at(idx, fixed=True))
+        known_here.update(stable_self)
+        self._flow_known[id(flow)] = known_here
+        paths = flow.search(idx, forward, stop, known_here, self._assume)
+        uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
+        if uncovered:
+            return "open"
+        verdict.via.append(caller.qual)
+        if paths.get("end"):
+            if not forward:
+                return "open"  # further up: the order is not in the source
+            return self._through_callers(caller, forward, known_here, depth - 1, verdict) if depth > 1 else "open"
+        return "covered"
 
     def _reachable_sibling_compacts(self) -> bool:
         owner, fn = self.owner, self.view.info

@@ -13,7 +13,8 @@ before its forward, so the forward sees the positions and lengths the previous s
   each call site in the same file passes the very build it made the metadata with, evaluated
   again at every step: `md = build(...)` becomes `def build_draft_md(): return build(...)`
   and `md = build_draft_md()`, and the call passes `rebuild_<md>=build_draft_md` (one build,
-  written once); a build written in the call itself is passed as `lambda: <build>`.
+  written once); a call of the class's own helper (`self._build_md(...)`, vLLM 0.19.0+), or a
+  build written in the call itself, is passed as `lambda: <build>`.
 
 No fix when the build cannot be found (a caller in another file, metadata that arrives
 through an attribute set elsewhere, or several different builds), or when a name the build
@@ -367,14 +368,18 @@ def _closure_for(ed: Editor, view, site, arg: ast.AST, md: str, returns: str, ta
     right where the build was, or, when the call is outside the block that holds the build
     (an `if` around it), before that block's outermost statement in the call's block: it
     runs only after the build's inputs exist, as the rebuild runs only while the metadata is
-    set. None when the build is not a single statement of its own or cannot move into a
-    function (an `await`, a `yield`, a walrus, a bare `super()`)."""
+    set. None when the build is a call of the class's own helper (`self._build_md(...)`:
+    calling it again is the idiom), is not a single statement of its own, or cannot move into
+    a function (an `await`, a `yield`, a walrus, a bare `super()`)."""
     if not isinstance(arg, ast.Name):
         return None
     stmt = _single_build(site, arg.id)
     if stmt is None or not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1 or not isinstance(stmt.targets[0], ast.Name):
         return None
     value = stmt.value
+    f = value.func
+    if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "self":
+        return None  # the class's own build helper: the call site calls it again (a lambda)
     for n in ast.walk(value):
         if isinstance(n, _NOT_MOVABLE):
             return None
