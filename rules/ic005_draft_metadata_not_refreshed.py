@@ -90,7 +90,9 @@ class DraftMetadataNotRefreshed(Rule):
       `set_forward_context(per_layer_attn_metadata, ...)`), or a call of a project function
       that passes that parameter on to one (`self._generate_draft(n, attn_metadata)`).
       Metadata is a name matching `metadata-names`.
-    - A refresh is a new binding of the name (`attn_metadata = build(...)`), a store into it
+    - A refresh is a new binding of the name (`attn_metadata = build(...)`; not a copy that
+      holds the same entries: `dict(md)`, `{**md}`, `{n: md for n in layers}` with `md` not
+      built anew in the loop), a store into it
       (`per_layer_attn_metadata[layer] = md`: not when `md` is the object the metadata
       already held and the step never binds it anew, as when the step's own build went to
       another name), `update`/`setdefault` on it, a call named in
@@ -158,7 +160,8 @@ class DraftMetadataNotRefreshed(Rule):
     called there and handed over (`rebuild_md=build_draft_md`), so it is written once; a call
     of the class's own build helper (`self._build_draft_attn_metadata(...)`, vLLM 0.19.0+) or
     a build written in the call is passed again as `lambda: <build>`. No fix when no caller in the
-    project builds it, when the build is in another file or is one of several, or when a name
+    project builds it, when the build is in another file or is one of several, when what is
+    forwarded is a container filled from another name (`{n: md for n in layers}`), or when a name
     it reads changes between the build and the call. A function passed around rather than called (a CUDA graph capture) keeps its
     single build: the parameter's default leaves it as it was.
 
@@ -496,6 +499,29 @@ def advance_seq_lens(seq_lens, num_reqs):
     seq_lens[:num_reqs] += 1
 """},
         ),
+        # The dict of each step holds the metadata that step built.
+        Valid(
+            """
+def draft(self, common, positions):
+    for k in range(self.num_steps):
+        attn_metadata = self.builder.build_for_drafting(common, draft_index=k)
+        per_layer_attn_metadata = {name: attn_metadata for name in self.layer_names}
+        self.model(positions, attn_metadata=per_layer_attn_metadata)
+        positions += 1
+"""
+        ),
+        # Each entry built in the comprehension itself.
+        Valid(
+            """
+def draft(self, common, positions):
+    for k in range(self.num_steps):
+        per_layer_attn_metadata = {
+            name: b.build_for_drafting(common, k) for name, b in self.builders.items()
+        }
+        self.model(positions, attn_metadata=per_layer_attn_metadata)
+        positions += 1
+"""
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
@@ -817,6 +843,18 @@ class EagleSpeculator:
 """,
             line=7,
             files={"inputs.py": _INPUTS, "metadata.py": "def build_attn_metadata(**kw):\n    return dict(kw)\n"},
+        ),
+        # A fresh dict each step, its every entry the metadata built once before the loop.
+        Invalid(
+            """
+def draft(self, common, positions):
+    attn_metadata = self.builder.build_for_drafting(common, draft_index=0)
+    for _ in range(self.num_steps):
+        per_layer_attn_metadata = {name: attn_metadata for name in self.layer_names}
+        self.model(positions, attn_metadata=per_layer_attn_metadata)
+        positions += 1
+""",
+            line=3,
         ),
     ]
 

@@ -378,6 +378,22 @@ def container_copy_of(value: ast.AST) -> set[str]:
     return out
 
 
+def held_values(value: ast.AST) -> set[str]:
+    """The objects a new container holds as its entries, by name: `{name: md for name in
+    layers}`, `[md for _ in groups]`, `{"a": md}` (the comprehension's own variables aside:
+    those are entries of what it iterates)."""
+    out: set[str] = set()
+    if isinstance(value, (ast.DictComp, ast.ListComp, ast.SetComp, ast.GeneratorExp)):
+        own = {n.id for g in value.generators for n in ast.walk(g.target) if isinstance(n, ast.Name)}
+        entry = value.value if isinstance(value, ast.DictComp) else value.elt
+        spelled = ref(entry)
+        if spelled is not None and spelled.split(".")[0] not in own:
+            out.add(spelled)
+    elif isinstance(value, ast.Dict):
+        out |= {ref(v) for k, v in zip(value.keys, value.values) if k is not None and ref(v)}
+    return out
+
+
 # -- copies made afresh in a loop --------------------------------------------------------------------
 
 

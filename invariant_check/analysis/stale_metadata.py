@@ -26,7 +26,7 @@ from .facts import last_name, ref
 from .fields import FieldFlow, bound_offset, canonical, fills, flows_to, handed_attributes, parameter_index, resolve_call, writes_at
 from .flow import Loop, Node
 from .needs import Names
-from .objects import aliases_of, bound_value, container_copy_of, copy_of, partials, through_partial
+from .objects import aliases_of, bound_value, container_copy_of, copy_of, held_values, partials, through_partial
 from .project import FunctionInfo
 from .steps import advances_fields, changed_before_use, loop_calls_and_aliases, passed_values, skipping_branches
 from .views import FunctionView
@@ -192,7 +192,8 @@ class MetadataSteps:
         links = self.links(md)
         if node.kind == "bind" and node.name == md:
             # a new object, unless it holds the same entries or values (`dict(md)`,
-            # `{**md, **extra}`, `copy.copy(md)`, `md = other_alias`)
+            # `{**md, **extra}`, `copy.copy(md)`, `md = other_alias`, `{n: common for n in
+            # layers}`)
             value = bound_value(node.node, md)
             if value is None:
                 return True
@@ -201,7 +202,7 @@ class MetadataSteps:
                 before = {md} | {canonical(a, self.aliases) or a for a in aliases_of(self.func, md, skip=node.node)}
                 return (canonical(ref(value), self.aliases) or ref(value)) not in before
             made = copy_of(value, self.aliases)
-            sources = container_copy_of(value) | ({made.source} if made is not None and not made.given else set())
+            sources = container_copy_of(value) | held_values(value) | ({made.source} if made is not None and not made.given else set())
             if not sources:
                 return True
             # a copy holds the entries (values) of what it copies: new only when that was
