@@ -80,7 +80,8 @@ class ReuseModeWithoutCompactionMethod(Rule):
     `@abstractmethod` of an `ABC` or `Protocol` (the class cannot be built until a subclass
     implements it), or a callable bound to every instance in `__init__`
     (`self.compact_topk_indices = functools.partial(...)`, on every path through it: a binding
-    under one branch of an `if` leaves the other instances without one). A compaction whose
+    under one branch of an `if`, or after an early `return`, leaves the other instances
+    without one; a path that raises builds no instance). A compaction whose
     body only declares it (`...`, `pass`, a docstring, `raise NotImplementedError`, the
     unimplemented member of an explicit `Protocol` base), or a class attribute bound to
     `None`, compacts nothing: the class is reported, and the message names the placeholder. Methods of the bundled models are not placeholders: their
@@ -91,7 +92,7 @@ class ReuseModeWithoutCompactionMethod(Rule):
       `Protocol` or an abstract base); the classes that implement it are;
     - a class whose switch has nothing to do with a shared top-k buffer: it only sets flags
       of the object that the class's own code tests in conditions (a sampler's top-k filter,
-      `self.skip_topk = skip` then `if self.skip_topk:` in `forward`), and neither the class
+      `self.skip_topk = skip`, or `= bool(skip)`, then `if self.skip_topk:` in `forward`), and neither the class
       nor a base defines the compaction, names a top-k buffer (`*topk_indices*`) or builds in
       `__init__` an object of a class that does. A flag that is handed on
       (`self.indexer(x, reuse=self.reuse)`) or read by no code of the class is taken to
@@ -493,6 +494,29 @@ def torch_compact(layers, slot_ids):
     triton_compact(layers, slot_ids)
 """},
         ),
+        # A sampler's switch keeps a flag (as a `bool(...)`) that its own forward tests.
+        Valid(
+            """
+import torch
+import torch.nn as nn
+
+
+class DraftSampler(nn.Module):
+    def __init__(self, vocab_size):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self._skip_topk = False
+
+    def set_skip_topk(self, skip: bool) -> None:
+        self._skip_topk = bool(skip)
+
+    def forward(self, logits, top_k):
+        if self._skip_topk:
+            return torch.argmax(logits, dim=-1)
+        _, indices = torch.topk(logits, top_k, dim=-1)
+        return indices[:, 0]
+"""
+        ),
     ]
     INVALID = [
         Invalid(
@@ -830,6 +854,37 @@ class SparseMTP(nn.Module, Generic[ConfigT]):
             layer.indexer.skip_topk = skip
 """,
             line=8,
+        ),
+        # `__init__` returns early before it binds the compaction: those instances lack it.
+        Invalid(
+            """
+import functools
+
+import torch.nn as nn
+
+from .ops import triton_compact
+
+
+class Predictor(nn.Module):
+    def __init__(self, layers, config):
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        if not config.index_share:
+            return
+        self.compact_topk_indices = functools.partial(triton_compact, self.layers)
+
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+""",
+            line=8,
+            message_contains="on some paths only",
+            files={"ops.py": """
+def triton_compact(layers, slot_ids):
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+"""},
         ),
     ]
 

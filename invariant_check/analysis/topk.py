@@ -463,19 +463,63 @@ def set_in_init(cls: ClassInfo, name: str) -> bool:
 
 
 def _on_every_path(stmts: list[ast.stmt], test) -> bool:
-    """Whether every path through the block runs a statement for which `test` holds (an `if`
-    counts when both its branches do; the bodies of `with` and `try` run)."""
+    """Whether every path through the block runs a statement for which `test` holds before
+    it returns (an `if` counts when both its branches do; the bodies of `with` and `try` run;
+    a path that raises makes no instance and needs none; an early `return`, also one from a
+    loop, leaves without it)."""
+    outcomes = _outcomes(stmts, test)
+    return "bound" in outcomes and not outcomes - {"bound"}
+
+
+def _outcomes(stmts: list[ast.stmt], test) -> set[str]:
+    """How the paths through a block end: "bound" (a statement `test` holds for ran),
+    "return" (left without one), "through" (fell off the end without one)."""
+    out: set[str] = set()
     for st in stmts:
         if test(st):
-            return True
-        if isinstance(st, ast.If) and _on_every_path(st.body, test) and _on_every_path(st.orelse, test):
-            return True
-        if isinstance(st, (ast.With, ast.AsyncWith)) and _on_every_path(st.body, test):
-            return True
-        if isinstance(st, ast.Try) and (_on_every_path(st.body, test) and all(_on_every_path(h.body, test) for h in st.handlers)
-                                        or _on_every_path(st.finalbody, test)):
-            return True
-    return False
+            out.add("bound")
+            return out
+        if isinstance(st, ast.Return):
+            out.add("return")
+            return out
+        if isinstance(st, ast.Raise):
+            return out
+        if isinstance(st, ast.If):
+            sub = _outcomes(st.body, test) | _outcomes(st.orelse, test)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            sub = _outcomes(st.body, test)
+        elif isinstance(st, ast.Try):
+            if st.finalbody and _outcomes(st.finalbody, test) == {"bound"}:
+                sub = {"bound"}
+            else:
+                sub = _outcomes(st.body, test)
+                for h in st.handlers:
+                    sub |= _outcomes(h.body, test)
+                if st.orelse and "through" in sub:
+                    sub = (sub - {"through"}) | _outcomes(st.orelse, test)
+        elif isinstance(st, (ast.For, ast.AsyncFor, ast.While)):
+            # its body may not run: a binding there does not count, a `return` there does
+            sub = {"through"}
+            if any(isinstance(n, ast.Return) for n in _walk_local_stmts(st.body + st.orelse)):
+                sub.add("return")
+        else:
+            continue
+        out |= sub - {"through"}
+        if "through" not in sub:
+            return out
+    out.add("through")
+    return out
+
+
+def _walk_local_stmts(stmts: list[ast.stmt]):
+    """The nodes of a block, not those of functions or classes defined in it."""
+    stack = list(stmts)
+    while stack:
+        node = stack.pop()
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+                stack.append(child)
 
 
 def declares_only(node: ast.AST) -> bool:
@@ -514,6 +558,8 @@ def _flag_writes(node: ast.AST, switch: str) -> tuple[set[str] | None, bool]:
         if isinstance(st, (ast.Assign, ast.AnnAssign)):
             targets = st.targets if isinstance(st, ast.Assign) else [st.target]
             value = st.value
+            if isinstance(value, ast.Call) and ref(value.func) == "bool" and len(value.args) == 1 and not value.keywords:
+                value = value.args[0]  # `self._skip = bool(skip)`: the same flag
             if value is None or any(isinstance(n, ast.Call) for n in ast.walk(value)):
                 return None, False
             for t in targets:
