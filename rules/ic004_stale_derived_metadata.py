@@ -293,7 +293,8 @@ class StaleDerivedMetadata(Rule):
     project's code resets on an object it holds, outside the class's own methods
     (`model_input.attn_metadata._cached_decode_metadata = None` in a worker, before the next
     step), is managed by the object's users: a step that does not reset it relies on them,
-    and is not reported for it.
+    and is not reported for it (a reset in the step itself is that step's own update, judged
+    where it stands: before a reader that fills the memo again, it is too early).
 
     A decrement (rejected tokens) leaves `max_seq_len` and the upper bound valid upper
     bounds: not a finding. It does stale a memo, and so does any other change of the layout
@@ -905,6 +906,29 @@ class Proposer:
             finally:
                 self.steps_done += 1
             self.run_model(builder.build_for_drafting(md, step))
+"""
+        ),
+        # A host copy only some objects have, advanced under a `hasattr` test.
+        Valid(
+            """
+import torch
+
+
+class DraftInputs:
+    def __init__(self, seq_lens: torch.Tensor, keep_host: bool):
+        self.seq_lens = seq_lens
+        self.max_seq_len = int(seq_lens.max().item())
+        if keep_host:
+            self.seq_lens_cpu = seq_lens.to("cpu")
+
+
+def draft(self, md: DraftInputs, num_steps: int):
+    for _ in range(num_steps):
+        md.seq_lens += 1
+        md.max_seq_len += 1
+        if hasattr(md, "seq_lens_cpu"):
+            md.seq_lens_cpu += 1
+        self.run_draft(md)
 """
         ),
         # No loop, the memo filled first: the new layout resets it before the hand-off.
@@ -1765,6 +1789,106 @@ class IndexerMetadata:
             torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
         )
         return self._token_to_seq_cache
+"""},
+        ),
+        # Each entry of a parameter annotated `list[GroupMeta]`, iterated.
+        Invalid(
+            """
+from .meta import GroupMeta
+
+
+def advance_groups(group_metadatas: list[GroupMeta], n: int):
+    for md in group_metadatas:
+        md.seq_lens[:n] += 1
+""",
+            line=6,
+            message_contains="`max_seq_len` of `md`",
+            files={"meta.py": """from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class GroupMeta:
+    seq_lens: torch.Tensor
+    max_seq_len: int
+    _seq_lens_host: torch.Tensor | None = None
+
+    @classmethod
+    def make(cls, seq_lens):
+        return cls(seq_lens=seq_lens, max_seq_len=int(seq_lens.max()))
+
+    def seq_lens_host(self) -> torch.Tensor:
+        if self._seq_lens_host is None:
+            self._seq_lens_host = self.seq_lens.cpu()
+        return self._seq_lens_host
+"""},
+        ),
+        # A length no release names, advanced in a `replace(...)` of a helper with no loop.
+        Invalid(
+            """
+import dataclasses
+
+from .chunks import ChunkMeta
+
+
+def extend_by(md: ChunkMeta, n: int) -> ChunkMeta:
+    return dataclasses.replace(md, cache_lens=md.cache_lens + n)
+""",
+            line=7,
+            message_contains="`max_cache_len`",
+            files={"chunks.py": """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ChunkMeta:
+    cache_lens: torch.Tensor
+    max_cache_len: int
+
+    @classmethod
+    def make(cls, cache_lens):
+        return cls(cache_lens=cache_lens, max_cache_len=int(cache_lens.max()))
+"""},
+        ),
+        # The step resets the memo itself, but a reader fills it again before the advance.
+        Invalid(
+            """
+from .meta import GroupMeta
+
+
+class Drafter:
+    def propose(self, common: GroupMeta):
+        for step in range(1, self.k):
+            common._seq_lens_host = None
+            common.max_seq_len = min(common.max_seq_len + 1, self.max_model_len)
+            self.indexer.plan(common)
+            common.seq_lens += 1
+            self.run_model(common)
+""",
+            line=10,
+            message_contains="`_seq_lens_host`",
+            files={"meta.py": """from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class GroupMeta:
+    seq_lens: torch.Tensor
+    max_seq_len: int
+    _seq_lens_host: torch.Tensor | None = None
+
+    @classmethod
+    def make(cls, seq_lens):
+        return cls(seq_lens=seq_lens, max_seq_len=int(seq_lens.max()))
+
+    def seq_lens_host(self) -> torch.Tensor:
+        if self._seq_lens_host is None:
+            self._seq_lens_host = self.seq_lens.cpu()
+        return self._seq_lens_host
 """},
         ),
     ]

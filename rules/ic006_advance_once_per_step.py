@@ -95,7 +95,9 @@ class AdvanceOncePerStep(Rule):
     `@triton.jit` kernel that `tl.store`s its own load plus one through that pointer, as
     IC004 reads kernels). It is reported when what moves *outlives the iteration*: `self` or
     something reached from it, a parameter, a local bound before the loop or bound to one
-    (`md = common_attn_metadata`), module state a helper advances without being given it.
+    (`md = common_attn_metadata`, also in the iteration: `positions =
+    self.input_buffers.positions`, or a view of it), module state a helper advances without
+    being given it.
     What a helper advances is the argument it gives the parameter whose fields (or which
     itself, for a parameter named like a field) it advances; for a kernel read by name, the
     arguments passed under an advanced name (`seq_lens=md.seq_lens`).
@@ -393,6 +395,17 @@ def propose(self, common_attn_metadata):
                 self.per_layer[name] = md
 """,
             files={"inputs.py": _INPUTS},
+        ),
+        # Each group's own positions, picked by the iteration.
+        Valid(
+            """
+class Proposer:
+    def prepare(self, common_attn_metadata, num_reqs):
+        for i, group in enumerate(self.draft_attn_groups):
+            positions = self.group_positions[i]
+            positions[:num_reqs] += 1
+            group.builder.build(common_attn_metadata, positions)
+"""
         ),
     ]
 
@@ -719,6 +732,31 @@ class Proposer:
 """,
             line=8,
             message_contains="advances `self.input_buffers`",
+        ),
+        # A name the iteration binds to the proposer's buffer, advanced through it.
+        Invalid(
+            """
+class Proposer:
+    def prepare(self, common_attn_metadata, num_reqs):
+        for group in self.draft_attn_groups:
+            positions = self.input_buffers.positions
+            positions[:num_reqs] += 1
+            group.builder.build(common_attn_metadata, positions)
+""",
+            line=5,
+            message_contains="advances `self.input_buffers.positions`",
+        ),
+        # The same through a view the iteration takes.
+        Invalid(
+            """
+class Proposer:
+    def prepare(self, common_attn_metadata, num_reqs):
+        for group in self.draft_attn_groups:
+            positions = self.input_buffers.positions[:num_reqs]
+            positions += 1
+            group.builder.build(common_attn_metadata, positions)
+""",
+            line=5,
         ),
     ]
 

@@ -645,10 +645,13 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
         if isinstance(sub, (ast.For, ast.AsyncFor)):
             # `for md in per_layer.values()`, `for name, md in per_layer.items()`
             target, it = sub.target, sub.iter
-            if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(it, ast.Call) and last_name(it.func) == "items":
+            if isinstance(target, ast.Tuple) and len(target.elts) == 2 and isinstance(it, ast.Call) and last_name(it.func) in ("items", "enumerate"):
                 target = target.elts[1]
+                if last_name(it.func) == "enumerate" and it.args:
+                    it = it.args[0]
             if isinstance(target, ast.Name) and target.id == obj:
-                got = _entry_class(view, it)
+                # `for md in group_metadatas` with `group_metadatas: list[Meta]`: an entry
+                got = _entry_class(view, it) or _element_class(view, ref(it))
                 if got is not None:
                     return got
             continue
@@ -699,6 +702,11 @@ def _entry_class(view, expr: ast.AST) -> ClassInfo | None:
             expr = expr.args[0]
             continue
         return None
+    return _element_class(view, holder)
+
+
+def _element_class(view, holder: str | None) -> ClassInfo | None:
+    """The entries' class of a container parameter (`list[Meta]`, `dict[str, Meta]`)."""
     info = view.info
     if holder is None or info is None:
         return None
@@ -1082,12 +1090,17 @@ def covered(
     return False
 
 
+_INSPECTORS = frozenset({"hasattr", "isinstance", "type", "id", "callable"})
+
+
 def receives(node, obj: str, aliases: dict[str, str]) -> bool:
     """Whether a call event is handed the object `obj` itself (as an argument, a keyword or
     the receiver of one of its methods), not one of its fields."""
     if node.kind != "call":
         return False
     call = node.node
+    if isinstance(call.func, ast.Name) and call.func.id in _INSPECTORS:
+        return False  # `hasattr(md, "seq_lens_cpu")`: asks about the object, reads no field of it
     spelled = [a.value if isinstance(a, ast.Starred) else a for a in call.args] + [k.value for k in call.keywords]
     if isinstance(call.func, ast.Attribute):
         spelled.append(call.func.value)

@@ -143,13 +143,29 @@ def fresh_names(loop: ast.AST, aliases: dict[str, str]) -> set[str]:
     binds, except a name only moved forward there (`positions += 1`, `positions = positions +
     1`) or bound to an object of before the loop (`md = common`: an alias, the same object)."""
     out = set()
-    for name, stmts in bound_in(loop).items():
+    bound = bound_in(loop)
+    for name, stmts in bound.items():
         if name in aliases:
             continue  # bound once, to a dotted value: judged through what it names
         own = [s for s in stmts if not _moves_itself(s, name, aliases)]
-        if own:
+        if own and not all(_names_shared(s, name, bound) for s in own):
             out.add(name)
     return out
+
+
+def _names_shared(stmt: ast.AST, name: str, bound: dict) -> bool:
+    """`positions = self.input_buffers.positions` (or a view of it, `[:n]`) in the iteration:
+    the name holds the object of before the loop, not a new one; an entry picked by the
+    iteration's own names (`md = self.mds[i]`) is that group's."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+        return False
+    value = stmt.value
+    while isinstance(value, ast.Subscript):
+        if any(isinstance(n, ast.Name) and n.id in bound for n in ast.walk(value.slice)):
+            return False
+        value = value.value
+    spelled = ref(value) if isinstance(value, ast.Attribute) else None
+    return spelled is not None and spelled.split(".", 1)[0] not in bound
 
 
 def _moves_itself(stmt: ast.AST, name: str, aliases: dict[str, str]) -> bool:
@@ -342,6 +358,12 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
                 for w in store_writes(piece, node, aliases):
                     if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(piece, fresh):
                         return f"{w.obj}.{w.field}", None, "field"
+                # `positions[:n] += 1` with `positions = self.input_buffers.positions`
+                if isinstance(node, ast.AugAssign) and isinstance(piece, ast.Subscript) and isinstance(piece.value, ast.Name):
+                    held = canonical(piece.value.id, aliases)
+                    if (held and held != piece.value.id and held.rsplit(".", 1)[-1] in fields
+                            and isinstance(node.op, ast.Add) and shared(held) and not _indexed_by(piece, fresh)):
+                        return held, None, "field"
         return None
     call = node
     for w in call_writes(call, aliases):

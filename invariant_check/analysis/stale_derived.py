@@ -250,7 +250,10 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
                 return True
             name = last_name(f) or ""
             if name == "replace" or name[:1].isupper():
-                if any(k.arg and (k.arg in sources or variant_of(k.arg) in sources or (has_loop and step_field(k.arg))) for k in sub.keywords):
+                # a layout length no release names: in a loop, or advanced right there
+                # (`replace(md, cache_lens=md.cache_lens + n)`)
+                if any(k.arg and (k.arg in sources or variant_of(k.arg) in sources
+                                  or (step_field(k.arg) and (has_loop or isinstance(k.value, ast.BinOp)))) for k in sub.keywords):
                     return True
             if any(k.arg == "out" and named(k.value, sources) for k in sub.keywords):
                 return True
@@ -548,7 +551,7 @@ class DraftStep:
                 continue
             if any(variants(d) & variants(o) for o in out):
                 continue  # a field and its backing store are one value: named once
-            if d in exact and reset_by_users(self.view.project, d):
+            if d in exact and reset_by_users(self.view.project, d, self.view.module.path, self.func):
                 continue  # the object's users clear this cache themselves, before it is read again
             out.append(d)
         return list(dict.fromkeys(out))
@@ -697,18 +700,24 @@ class DraftStep:
         return still, sorted(set(via))
 
 
-def reset_by_users(project, memo: str) -> bool:
+def reset_by_users(project, memo: str, path=None, func: ast.AST | None = None) -> bool:
     """Some code of the project outside the memo's own class resets it on an object it holds
     (`model_input.attn_metadata._cached_decode_metadata = None` in a worker, before the next
     step's forward): the cache is managed by the object's users, and a step that moves the
-    fields it was filled from relies on that reset rather than making its own."""
+    fields it was filled from relies on that reset rather than making its own. A reset in
+    `func` itself (of the module at `path`) is that step's own: judged where it stands."""
     table = project.__dict__.setdefault("_memo_resets", {})
-    return project.tracker.memo(table, memo, lambda: _reset_by_users(project, memo))
+    sites = project.tracker.memo(table, memo, lambda: _reset_sites(project, memo))
+    if func is None:
+        return bool(sites)
+    first, last = func.lineno, getattr(func, "end_lineno", func.lineno)
+    return any(not (where == str(path) and first <= line <= last) for where, line in sites)
 
 
-def _reset_by_users(project, memo: str) -> bool:
+def _reset_sites(project, memo: str) -> tuple[tuple[str, int], ...]:
     from .needs import Words
 
+    out = []
     for path in project.files_containing(memo):
         module = project.module_at(path)
         for chunk in module.leaf_chunks(Words(memo)):
@@ -722,8 +731,8 @@ def _reset_by_users(project, memo: str) -> bool:
                         continue
                     for t in sub.targets:
                         if isinstance(t, ast.Attribute) and t.attr == memo and not (isinstance(t.value, ast.Name) and t.value.id in ("self", "cls")):
-                            return True
-    return False
+                            out.append((str(path), sub.lineno))
+    return tuple(out)
 
 
 def _declared(cls) -> set[str]:
