@@ -105,7 +105,8 @@ class SkipTopkWithoutCompaction(Rule):
     switch method that compacts with the rows it is given (`set_skip_topk(True, rows)`, with
     `if skip and rows is not None: self.compact_topk_indices(rows)`) is its own compaction.
     A compaction of rows `0..n-1` (`torch.arange(n)`, `self.arange[:n]`, by position or by
-    keyword) gathers each row onto itself and counts as none. A module called out of a container of the model
+    keyword, also through a local bound once to them: `rows = torch.arange(n)`) gathers each
+    row onto itself and counts as none. A module called out of a container of the model
     (`draft_model.mtp_layers[0](...)`) is a forward. A local or an instance attribute bound
     with `getattr(model.model, "compact_topk_indices", None)` is the bound compaction. A
     helper method defined on every branch of a class-body `if`/`try` (`if HAS_TRITON: def
@@ -1478,6 +1479,22 @@ def draft(self, token_indices_to_sample):
         hidden = self.model(**self.inputs)
 """,
             line=2,
+        ),
+        # The identity rows one assignment away.
+        Invalid(
+            """
+import torch
+
+
+def draft(self, batch_size):
+    hidden = self.model(**self.inputs)
+    rows = torch.arange(batch_size, device=self.device)
+    self.model.model.set_skip_topk(True)
+    self.model.model.compact_topk_indices(rows)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=7,
         ),
     ]
 

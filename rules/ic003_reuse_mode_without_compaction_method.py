@@ -517,6 +517,40 @@ class DraftSampler(nn.Module):
         return indices[:, 0]
 """
         ),
+        # The compaction is a class attribute on every branch of a class-body `if`.
+        Valid(
+            """
+import torch.nn as nn
+
+from .ops import torch_compact, triton_compact
+
+HAS_TRITON = False
+
+
+class Predictor(nn.Module):
+    def set_skip_topk(self, skip):
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+
+    if HAS_TRITON:
+        compact_topk_indices = triton_compact
+    else:
+        compact_topk_indices = torch_compact
+""",
+            files={"ops.py": """
+def _gather(layers, slot_ids):
+    for layer in layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: slot_ids.numel()] = buf[slot_ids]
+
+
+def torch_compact(self, slot_ids):
+    _gather(self.layers, slot_ids)
+
+
+triton_compact = torch_compact
+"""},
+        ),
     ]
     INVALID = [
         Invalid(

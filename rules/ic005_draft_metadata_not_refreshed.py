@@ -522,6 +522,33 @@ def draft(self, common, positions):
         positions += 1
 """
         ),
+        # Rebuilt at the top of every step after the first: the step an advance leads to.
+        Valid(
+            """
+from .inputs import update_eagle_inputs
+
+
+class Speculator:
+    def generate_draft(self, num_reqs, attn_metadata):
+        for step in range(self.num_speculative_steps):
+            if step > 0:
+                attn_metadata = self.build_draft_attn_metadata(num_reqs)
+            hidden = self.run_model(num_reqs, attn_metadata)
+            update_eagle_inputs(self.sample(hidden), hidden, self.input_buffers)
+""",
+            files={"inputs.py": _INPUTS},
+        ),
+        # A merge whose later entries are this step's build.
+        Valid(
+            """
+def draft(self, common, positions, per_layer):
+    for k in range(self.num_steps):
+        md = self.builder.build_for_drafting(common, draft_index=k)
+        per_layer = {**per_layer, **dict.fromkeys(self.layer_names, md)}
+        self.model(positions, attn_metadata=per_layer)
+        positions += 1
+"""
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
@@ -853,6 +880,22 @@ def draft(self, common, positions):
         per_layer_attn_metadata = {name: attn_metadata for name in self.layer_names}
         self.model(positions, attn_metadata=per_layer_attn_metadata)
         positions += 1
+""",
+            line=3,
+        ),
+        # The alias is bound to a new dict in the loop: the stores go there, not into the
+        # metadata the forward receives.
+        Invalid(
+            """
+def draft(self, common, positions, per_layer_attn_metadata):
+    layer_mds = per_layer_attn_metadata
+    for k in range(self.num_steps):
+        positions += 1
+        layer_mds = {}
+        for name in self.layer_names:
+            layer_mds[name] = self.builder.build_for_drafting(common, draft_index=k)
+        with set_forward_context(per_layer_attn_metadata, self.vllm_config):
+            self.model(positions=positions)
 """,
             line=3,
         ),

@@ -106,9 +106,11 @@ class AdvanceOncePerStep(Rule):
     copy.copy(common)`, `md = replace(common, ...)`, `md = group.builder.build(...)`): each
     group's own object advanced once is what the step asks; a helper that advances only an
     object it makes itself; a slice indexed by the iteration (`self.seq_lens[i] += 1` in `for
-    i, group in enumerate(groups)`); an advance under a condition that reads only names (`if
-    i == 0:`, `if not advanced:`): such a condition picks iterations, and the rule does not
-    count them; a new object built from the old one (`replace(md, seq_lens=md.seq_lens + 1)`).
+    i, group in enumerate(groups)`); an advance under a condition that picks iterations: one
+    that reads only names (`if i == 0:`, `if not advanced:`), one that reads what the
+    iteration holds (`if group.builder.supports_shared_advance:`), or a conjunction with one
+    of those (`if i == 0 and self.advance_positions:`); the rule does not count them; a new
+    object built from the old one (`replace(md, seq_lens=md.seq_lens + 1)`).
     An advance through a helper, a kernel or a local is looked for only in a function that
     names attention metadata (`metadata-names`) or an `input-advancing-calls` function (what
     a draft step's group loop does; the prefilter reads the same names); a field moved in
@@ -405,6 +407,28 @@ class Proposer:
             positions = self.group_positions[i]
             positions[:num_reqs] += 1
             group.builder.build(common_attn_metadata, positions)
+"""
+        ),
+        # Only a group whose builder says so advances the shared inputs.
+        Valid(
+            """
+class Proposer:
+    def prepare(self, common_attn_metadata, num_reqs):
+        for group in self.draft_attn_groups:
+            if group.builder.supports_shared_input_advance:
+                self.input_buffers.positions[:num_reqs] += 1
+            group.builder.build(common_attn_metadata)
+"""
+        ),
+        # The first group only, under a setting too.
+        Valid(
+            """
+class Proposer:
+    def prepare(self, common_attn_metadata, num_reqs):
+        for i, group in enumerate(self.draft_attn_groups):
+            if i == 0 and self.advance_draft_positions:
+                common_attn_metadata.seq_lens += 1
+            group.builder.build(common_attn_metadata)
 """
         ),
     ]
@@ -755,6 +779,18 @@ class Proposer:
             positions = self.input_buffers.positions[:num_reqs]
             positions += 1
             group.builder.build(common_attn_metadata, positions)
+""",
+            line=5,
+        ),
+        # The shared metadata bound by a tuple assignment in the iteration.
+        Invalid(
+            """
+class Proposer:
+    def prepare(self, common_attn_metadata, num_reqs):
+        for group in self.draft_attn_groups:
+            cad, n = common_attn_metadata, num_reqs
+            cad.seq_lens[:n] += 1
+            group.builder.build(cad)
 """,
             line=5,
         ),

@@ -669,11 +669,14 @@ def definitions(stmts: Iterable[ast.stmt], prefix: str = "", cls: str | None = N
 
 def _defined_on_every_branch(body: list[ast.stmt]) -> set[str]:
     """Names of the definitions that a block binds whichever branch of its `if`/`try`
-    statements runs (`if x: def f` / `else: def f`)."""
+    statements runs (`if x: def f` / `else: def f`, or `else: f = g`: a class attribute
+    bound to something other than `None`)."""
     out: set[str] = set()
     for st in body:
         if isinstance(st, FUNCS) or isinstance(st, ast.ClassDef):
             out.add(st.name)
+        elif isinstance(st, ast.Assign) and not (isinstance(st.value, ast.Constant) and st.value.value is None):
+            out |= {t.id for t in st.targets if isinstance(t, ast.Name)}
         elif isinstance(st, ast.If):
             out |= _defined_on_every_branch(st.body) & _defined_on_every_branch(st.orelse)
         elif isinstance(st, ast.Try) or type(st).__name__ == "TryStar":

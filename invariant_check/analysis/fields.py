@@ -70,6 +70,17 @@ class Locals(dict):
         self._copies = value
 
 
+def _paired(target: ast.AST, value: ast.AST) -> list[tuple[str, ast.AST]] | None:
+    """(name, value) of `a, b = x, y`: names to values of the same length, no starred part."""
+    if not (isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List))):
+        return None
+    if len(target.elts) != len(value.elts) or any(isinstance(e, ast.Starred) for e in target.elts + value.elts):
+        return None
+    if not all(isinstance(e, ast.Name) for e in target.elts):
+        return None
+    return [(t.id, v) for t, v in zip(target.elts, value.elts)]
+
+
 def local_aliases(node: ast.AST, view=None) -> Locals:
     """Local names bound exactly once, to a dotted value: `cad = common_attn_metadata`. With
     the function's `view`, copies made by project helpers are resolved too."""
@@ -78,6 +89,13 @@ def local_aliases(node: ast.AST, view=None) -> Locals:
     for sub in walk_local(node):
         if isinstance(sub, ast.Assign):
             for t in sub.targets:
+                pairs = _paired(t, sub.value)
+                if pairs is not None:
+                    # `cad, n = common_attn_metadata, num_reqs`: each name its own value
+                    for name, value in pairs:
+                        seen.setdefault(name, set()).add(ref(value))
+                        exprs.setdefault(name, []).append(value if len(sub.targets) == 1 else None)
+                    continue
                 for name in target_names(t):
                     seen.setdefault(name, set()).add(ref(sub.value) if isinstance(t, ast.Name) else None)
                     exprs.setdefault(name, []).append(sub.value if isinstance(t, ast.Name) and len(sub.targets) == 1 else None)

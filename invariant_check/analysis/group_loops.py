@@ -273,9 +273,18 @@ def _innermost(loops: list[ast.AST]) -> dict[int, ast.AST]:
 def _events(loop: ast.AST) -> Iterator[tuple[ast.AST, bool]]:
     """(statement or call, under a condition that only reads names) in the loop's body."""
 
+    own = loop_targets(loop)
+
     def name_only(test: ast.AST) -> bool:
         reads = [n for n in ast.walk(test) if isinstance(n, (ast.Attribute, ast.Call, ast.Subscript))]
         return not reads and any(isinstance(n, ast.Name) for n in ast.walk(test))
+
+    def picks(test: ast.AST) -> bool:
+        # a test that picks iterations: of names only (`if i == 0:`), of what the iteration
+        # holds (`if group.builder.supports_shared_advance:`), or a conjunction with one
+        if name_only(test) or any(isinstance(n, ast.Name) and n.id in own for n in ast.walk(test)):
+            return True
+        return isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And) and any(picks(v) for v in test.values)
 
     def block(body: list, guarded: bool) -> Iterator[tuple[ast.AST, bool]]:
         for st in body:
@@ -286,7 +295,7 @@ def _events(loop: ast.AST) -> Iterator[tuple[ast.AST, bool]]:
             for sub in _calls_of(st):
                 yield sub, guarded
             if isinstance(st, ast.If):
-                g = guarded or name_only(st.test)
+                g = guarded or picks(st.test)
                 yield from block(st.body, g)
                 yield from block(st.orelse, g)
                 continue

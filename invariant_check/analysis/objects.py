@@ -250,9 +250,18 @@ def aliases_of(node: ast.AST, name: str, skip: ast.AST | None = None) -> set[str
     entries: an update through `d[k].f = ...` updates `name`. `skip`: a statement whose own
     binding is left out (is a name bound by it to what it held before?)."""
     links: dict[str, set[str]] = {}
+    # a name bound to different objects (`layer_mds = md` and `layer_mds = {}`, `m = a` and
+    # `m = b`) is an alias on some paths only: not one
+    held_by: dict[str, set[frozenset]] = {}
+    for sub in walk_local(node):
+        if isinstance(sub, ast.Assign) and sub is not skip:
+            for t in sub.targets:
+                if isinstance(t, ast.Name):
+                    held_by.setdefault(t.id, set()).add(frozenset(_held(sub.value)))
+    unstable = {n for n, held in held_by.items() if len(held) > 1 and n != name}
 
     def link(a: str, b: str) -> None:
-        if a != b:
+        if a != b and a not in unstable and b not in unstable:
             links.setdefault(a, set()).add(b)
             links.setdefault(b, set()).add(a)
 

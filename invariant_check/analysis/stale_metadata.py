@@ -211,6 +211,8 @@ class MetadataSteps:
             if not loops:
                 return True
             bound_here = {self.flow.nodes[i].name for i in loops[-1].members if self.flow.nodes[i].kind == "bind" and i != n}
+            if _merges_in_new(value, bound_here):
+                return True  # `{**per_layer, **dict.fromkeys(names, md)}` with this step's `md`
             return any(src.split(".")[0] in bound_here for src in sources)
         if node.kind == "store" and canonical(node.name, self.aliases) in links:
             # `md[layer] = ...`, `self.md = ...`, through an alias of the dict; a local that
@@ -323,3 +325,24 @@ class MetadataSteps:
         # inputs moved
         assumed = skipping_branches(flow, self.func, refresh)
         yield from changed_before_use(flow, forwards, refresh, self.is_advance, assumed)
+
+
+def _merges_in_new(value: ast.AST, bound_here: set[str]) -> bool:
+    """A container copy whose later entries are new: `{**old, **new}` or `dict(old, **new)`
+    where `new` is built there or names an object the loop binds anew (its entries override
+    the old ones)."""
+    if isinstance(value, ast.Dict):
+        parts = [v for k, v in zip(value.keys, value.values) if k is None][1:]
+    elif isinstance(value, ast.Call) and last_name(value.func) == "dict" and value.args:
+        parts = [k.value for k in value.keywords]
+    else:
+        return False
+
+    def new(expr: ast.AST) -> bool:
+        spelled = ref(expr)
+        if spelled is not None:
+            return spelled.split(".")[0] in bound_here
+        names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+        return bool(names & bound_here)
+
+    return any(new(e) for e in parts)

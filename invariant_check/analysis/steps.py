@@ -309,6 +309,53 @@ def skipping_branches(flow: Flow, func: ast.AST, is_event: Callable[[int], bool]
     return out
 
 
+def _range_start(loop: Loop) -> tuple[str, int] | None:
+    """(counter, first value) of `for v in range(a, b[, k])` with constant `a` (0 when left
+    out) and a positive constant step."""
+    st = loop.node
+    if not (isinstance(st, (ast.For, ast.AsyncFor)) and isinstance(st.target, ast.Name)):
+        return None
+    it = st.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords and 1 <= len(it.args) <= 3):
+        return None
+    start = it.args[0] if len(it.args) >= 2 else ast.Constant(0)
+    step = it.args[2] if len(it.args) == 3 else ast.Constant(1)
+    if not (isinstance(start, ast.Constant) and type(start.value) is int and isinstance(step, ast.Constant) and type(step.value) is int and step.value > 0):
+        return None
+    return st.target.id, start.value
+
+
+def _false_on_later_turns_of(flow: Flow) -> dict[int, int]:
+    got = flow.__dict__.get("_later_false")
+    if got is None:
+        got = flow.__dict__["_later_false"] = _false_on_later_turns(flow)
+    return got
+
+
+def _false_on_later_turns(flow: Flow) -> dict[int, int]:
+    """cond event -> its counted loop, for the branches of a test of the loop's counter alone
+    that no turn after the first takes (`if step > 0:` in `for step in range(n)`: its false
+    branch): a path that reached it around the loop's back edge cannot take them."""
+    from .switch_paths import counter_atom
+
+    out: dict[int, int] = {}
+    for pos, loop in enumerate(flow.loops):
+        counted = _range_start(loop)
+        if counted is None:
+            continue
+        counter, start = counted
+        for i in loop.members:
+            node = flow.nodes[i]
+            if node.kind != "cond" or not node.atoms or node.loops[-1:] != (pos,):
+                continue
+            for source, polarity in node.atoms:
+                values = [counter_atom(source, counter, v) for v in (start + 1, start + 2, start + 3, start + 10, start + 1000)]
+                if all(v is not None and v != polarity for v in values):
+                    out[i] = pos
+                    break
+    return out
+
+
 def changed_before_use(flow: Flow, uses: list[int], renews: Callable[[int], bool], changes: Callable[[int], bool],
                        assumed: set[int] = frozenset()) -> Iterator[tuple[Loop, int, int]]:
     """In the loops that run the `uses` (events of the flow, in its loops): each event that
@@ -361,7 +408,13 @@ def changed_before_use(flow: Flow, uses: list[int], renews: Callable[[int], bool
                 return "assumed"
             return None
 
-        paths = flow.search(a, True, stop, flow.known_at(a))
+        later = {c for c, l in _false_on_later_turns_of(flow).items() if c < a and a in flow.loops[l].members}
+
+        def stop_later(node, stop=stop, later=later):
+            # a test of the counter before the change is met on a later turn only
+            return "assumed" if node.index in later else stop(node)
+
+        paths = flow.search(a, True, stop_later, flow.known_at(a))
         for path in paths.get("fwd", []):
             hit = path[-1]
             common = [l for l in loops if hit in l.members]

@@ -173,7 +173,7 @@ class Window:
             return None
         if name == rule.compaction:
             recv = ref(call.func.value) if isinstance(call.func, ast.Attribute) else None
-            if identity_rows(call):
+            if identity_rows(call, flow.func):
                 return None  # rows 0..n-1 gathered onto themselves: nothing moves
             return "hit" if self._same_model(canonical_name(recv, aliases) if recv else None) else None
         callee = ref(call.func)
@@ -302,7 +302,7 @@ class Window:
             c = called_through(c, local, aliases)
             nm = last_name(c.func)
             if nm == rule.compaction:
-                return None if identity_rows(c) else "hit"
+                return None if identity_rows(c, node) else "hit"
             if nm == rule.switch:
                 return None
             spelled = ref(c.func)
@@ -1006,13 +1006,24 @@ def sampled_rows_name(node: ast.AST) -> str:
 
 
 
-def identity_rows(call: ast.Call) -> bool:
+def identity_rows(call: ast.Call, func: ast.AST | None = None) -> bool:
     """A compaction with the rows 0..n-1 (`torch.arange(n)`, `self.arange[:n]`,
-    `range(n)`): each row is gathered onto itself, which moves nothing."""
+    `range(n)`, also one assignment away in `func`: `rows = torch.arange(n)`): each row is
+    gathered onto itself, which moves nothing."""
     # the rows are the first argument, by position or by keyword (`slot_ids=...`)
     rows = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg), None)
     if rows is None:
         return False
+    if isinstance(rows, ast.Name) and func is not None:
+        bound = [
+            sub.value for sub in walk_local(func)
+            if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+            and any(isinstance(t, ast.Name) and t.id == rows.id
+                    for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]))
+        ]
+        moved = any(isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name) and sub.target.id == rows.id for sub in walk_local(func))
+        if len(bound) == 1 and not moved and not isinstance(bound[0], ast.Name) and bound[0] is not None:
+            rows = bound[0]
     if isinstance(rows, ast.Call) and last_name(rows.func) in ("arange", "range"):
         return len(rows.args) == 1 or (len(rows.args) >= 2 and isinstance(rows.args[0], ast.Constant) and rows.args[0].value == 0)
     if isinstance(rows, ast.Subscript) and last_name(rows.value) == "arange" and isinstance(rows.slice, ast.Slice):

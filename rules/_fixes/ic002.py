@@ -41,7 +41,7 @@ def build(rule, report, view) -> Fix | None:
     edits: list[Edit] = []
     # a compaction of rows `0..n-1` moves nothing: not a misplaced compaction to move (moved,
     # it would still gather each row onto itself)
-    existing = [(c, w) for c, w in _compactions(func, rule.compaction, ref(switch.func.value)) if not identity_rows(c)]
+    existing = [(c, w) for c, w in _compactions(func, rule.compaction, ref(switch.func.value)) if not identity_rows(c, func)]
     if len(existing) > 1:
         return None
     if existing:
