@@ -91,7 +91,8 @@ class AdvanceOncePerStep(Rule):
     base classes), or of a function of any module that advances a tensor it is handed as one
     of those fields (by any of these spellings, `out=` included), itself or through a helper
     it hands the field on to
-    (`bump(self.input_buffers.positions, n)`, a wrapper launching a
+    (`bump(self.input_buffers.positions, n)`, also through a local `functools.partial` of
+    the helper, a wrapper launching a
     `@triton.jit` kernel that `tl.store`s its own load plus one through that pointer, as
     IC004 reads kernels). It is reported when what moves *outlives the iteration*: `self` or
     something reached from it, a parameter, a local bound before the loop or bound to one
@@ -793,6 +794,26 @@ class Proposer:
             group.builder.build(cad)
 """,
             line=5,
+        ),
+        # The advancing helper called through a `functools.partial`, once per group.
+        Invalid(
+            """
+import functools
+
+
+def advance_inputs(input_buffers, n):
+    input_buffers.positions[:n] += 1
+
+
+class Proposer:
+    def prepare(self, common_attn_metadata, num_reqs):
+        bump = functools.partial(advance_inputs, self.input_buffers)
+        for group in self.draft_attn_groups:
+            bump(num_reqs)
+            group.builder.build(common_attn_metadata)
+""",
+            line=12,
+            message_contains="advances `self.input_buffers.positions`",
         ),
     ]
 

@@ -32,7 +32,7 @@ from typing import Callable, Iterator
 from .facts import child_nodes, last_name, ref, target_names, walk_local
 from .fields import Locals, call_writes, direction, flows_to, local_aliases, local_increment, resolve_call, store_targets, store_writes
 from .needs import Names
-from .objects import canonical
+from .objects import canonical, partials, through_partial
 from .project import FunctionInfo
 from .singletons import attribute_holds_one, guarantee_of, guaranteed_single, one_element, self_attribute, spellings
 from .steps import advanced_tensors, call_advances, handed_field_advances, increments, passed_values
@@ -244,6 +244,7 @@ def shared_advances(view, func: ast.AST, loops: list[ast.AST], *, fields: frozen
     such a condition picks iterations, which the source does not show."""
     aliases = local_aliases(func)
     summaries = view.ctx.summaries(depth)
+    bound = partials(func)  # `bump = functools.partial(advance_inputs, self.input_buffers)`
     inner = _innermost(loops)
     seen: set[int] = set()
     for loop in loops:
@@ -253,7 +254,7 @@ def shared_advances(view, func: ast.AST, loops: list[ast.AST], *, fields: frozen
         for node, guarded in _events(loop):
             if id(node) in seen or inner.get(id(node)) is not loop or guarded:
                 continue
-            got = _advance_of(view, node, aliases, fresh, fields, advancing, depth, summaries)
+            got = _advance_of(view, node, aliases, fresh, fields, advancing, depth, summaries, bound)
             if got is None:
                 continue
             shared, via, kind = got
@@ -348,7 +349,7 @@ def _indexed_by(target: ast.AST, fresh: set[str]) -> bool:
 
 
 def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, advancing, depth,
-                summaries) -> tuple[str, str | None, str] | None:
+                summaries, bound=None) -> tuple[str, str | None, str] | None:
     """(the shared object `node` advances, the helper it calls, the kind of advance) or None."""
 
     def shared(spelled: str | None) -> bool:
@@ -374,7 +375,7 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
                             and isinstance(node.op, ast.Add) and shared(held) and not _indexed_by(piece, fresh)):
                         return held, None, "field"
         return None
-    call = node
+    call = through_partial(node, bound) if bound else node
     for w in call_writes(call, aliases):
         if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(call.func.value, fresh):
             return f"{w.obj}.{w.field}", None, "field"
