@@ -111,6 +111,52 @@ def advance_by(md: PagedMeta, n: int):
 """
 
 
+# A metadata class with a memo filled by a method (`token_to_seq()`), for the steps that
+# change its layout.
+_INDEXER_MEMO = """from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class IndexerMetadata:
+    query_start_loc: torch.Tensor
+    num_actual_tokens: int
+    _token_to_seq_cache: torch.Tensor | None = None
+
+    def token_to_seq(self) -> torch.Tensor:
+        if self._token_to_seq_cache is not None:
+            return self._token_to_seq_cache
+        q_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        self._token_to_seq_cache = torch.repeat_interleave(
+            torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
+        )
+        return self._token_to_seq_cache
+"""
+
+# A group's metadata: a factory derives `max_seq_len`, a method caches a host copy.
+_GROUP_META = """from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class GroupMeta:
+    seq_lens: torch.Tensor
+    max_seq_len: int
+    _seq_lens_host: torch.Tensor | None = None
+
+    @classmethod
+    def make(cls, seq_lens):
+        return cls(seq_lens=seq_lens, max_seq_len=int(seq_lens.max()))
+
+    def seq_lens_host(self) -> torch.Tensor:
+        if self._seq_lens_host is None:
+            self._seq_lens_host = self.seq_lens.cpu()
+        return self._seq_lens_host
+"""
+
+
 class StaleDerivedMetadata(Rule):
     """
     ## What it does
@@ -944,26 +990,7 @@ def propose(self, md: IndexerMetadata, batch_size: int):
     md._token_to_seq_cache = None
     return self.run_model(md)
 """,
-            files={"metadata.py": """from dataclasses import dataclass
-
-import torch
-
-
-@dataclass
-class IndexerMetadata:
-    query_start_loc: torch.Tensor
-    num_actual_tokens: int
-    _token_to_seq_cache: torch.Tensor | None = None
-
-    def token_to_seq(self) -> torch.Tensor:
-        if self._token_to_seq_cache is not None:
-            return self._token_to_seq_cache
-        q_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
-        self._token_to_seq_cache = torch.repeat_interleave(
-            torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
-        )
-        return self._token_to_seq_cache
-"""},
+            files={"metadata.py": _INDEXER_MEMO},
         ),
         # No loop, and the memo is filled only after the new layout: it reads the new one.
         Valid(
@@ -977,26 +1004,7 @@ def propose(self, md: IndexerMetadata, batch_size: int):
     self.indexer.prefill(md.token_to_seq())
     return self.run_model(md)
 """,
-            files={"metadata.py": """from dataclasses import dataclass
-
-import torch
-
-
-@dataclass
-class IndexerMetadata:
-    query_start_loc: torch.Tensor
-    num_actual_tokens: int
-    _token_to_seq_cache: torch.Tensor | None = None
-
-    def token_to_seq(self) -> torch.Tensor:
-        if self._token_to_seq_cache is not None:
-            return self._token_to_seq_cache
-        q_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
-        self._token_to_seq_cache = torch.repeat_interleave(
-            torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
-        )
-        return self._token_to_seq_cache
-"""},
+            files={"metadata.py": _INDEXER_MEMO},
         ),
     ]
 
@@ -1770,26 +1778,7 @@ def propose(self, md: IndexerMetadata, batch_size: int):
 """,
             line=6,
             message_contains="`_token_to_seq_cache`",
-            files={"metadata.py": """from dataclasses import dataclass
-
-import torch
-
-
-@dataclass
-class IndexerMetadata:
-    query_start_loc: torch.Tensor
-    num_actual_tokens: int
-    _token_to_seq_cache: torch.Tensor | None = None
-
-    def token_to_seq(self) -> torch.Tensor:
-        if self._token_to_seq_cache is not None:
-            return self._token_to_seq_cache
-        q_lens = self.query_start_loc[1:] - self.query_start_loc[:-1]
-        self._token_to_seq_cache = torch.repeat_interleave(
-            torch.arange(q_lens.numel()), q_lens, output_size=self.num_actual_tokens
-        )
-        return self._token_to_seq_cache
-"""},
+            files={"metadata.py": _INDEXER_MEMO},
         ),
         # Each entry of a parameter annotated `list[GroupMeta]`, iterated.
         Invalid(
@@ -1803,26 +1792,7 @@ def advance_groups(group_metadatas: list[GroupMeta], n: int):
 """,
             line=6,
             message_contains="`max_seq_len` of `md`",
-            files={"meta.py": """from dataclasses import dataclass
-
-import torch
-
-
-@dataclass
-class GroupMeta:
-    seq_lens: torch.Tensor
-    max_seq_len: int
-    _seq_lens_host: torch.Tensor | None = None
-
-    @classmethod
-    def make(cls, seq_lens):
-        return cls(seq_lens=seq_lens, max_seq_len=int(seq_lens.max()))
-
-    def seq_lens_host(self) -> torch.Tensor:
-        if self._seq_lens_host is None:
-            self._seq_lens_host = self.seq_lens.cpu()
-        return self._seq_lens_host
-"""},
+            files={"meta.py": _GROUP_META},
         ),
         # A length no release names, advanced in a `replace(...)` of a helper with no loop.
         Invalid(
@@ -1870,26 +1840,7 @@ class Drafter:
 """,
             line=10,
             message_contains="`_seq_lens_host`",
-            files={"meta.py": """from dataclasses import dataclass
-
-import torch
-
-
-@dataclass
-class GroupMeta:
-    seq_lens: torch.Tensor
-    max_seq_len: int
-    _seq_lens_host: torch.Tensor | None = None
-
-    @classmethod
-    def make(cls, seq_lens):
-        return cls(seq_lens=seq_lens, max_seq_len=int(seq_lens.max()))
-
-    def seq_lens_host(self) -> torch.Tensor:
-        if self._seq_lens_host is None:
-            self._seq_lens_host = self.seq_lens.cpu()
-        return self._seq_lens_host
-"""},
+            files={"meta.py": _GROUP_META},
         ),
     ]
 

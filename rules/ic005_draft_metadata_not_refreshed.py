@@ -28,6 +28,8 @@ def update_draft_inputs(draft_tokens, input_buffers):
     update_eagle_inputs(draft_tokens, None, input_buffers)
 """
 
+_BUILD = "def build_attn_metadata(**kw):\n    return dict(kw)\n"
+
 
 class DraftMetadataNotRefreshed(Rule):
     """
@@ -825,7 +827,7 @@ class EagleSpeculator:
         self.generate_draft(num_reqs, attn_metadata)
 """,
             line=9,
-            files={"inputs.py": _INPUTS, "metadata.py": "def build_attn_metadata(**kw):\n    return dict(kw)\n"},
+            files={"inputs.py": _INPUTS, "metadata.py": _BUILD},
         ),
         # vLLM 0.18.0: the build sits in an `if`, the call after it.
         Invalid(
@@ -850,7 +852,7 @@ class EagleSpeculator:
         self.generate_draft(num_reqs, attn_metadata_updated)
 """,
             line=7,
-            files={"inputs.py": _INPUTS, "metadata.py": "def build_attn_metadata(**kw):\n    return dict(kw)\n"},
+            files={"inputs.py": _INPUTS, "metadata.py": _BUILD},
         ),
         # The build written in the call: the call site passes it again, evaluated anew.
         Invalid(
@@ -869,7 +871,7 @@ class EagleSpeculator:
         self.generate_draft(num_reqs, build_attn_metadata(num_reqs=num_reqs))
 """,
             line=7,
-            files={"inputs.py": _INPUTS, "metadata.py": "def build_attn_metadata(**kw):\n    return dict(kw)\n"},
+            files={"inputs.py": _INPUTS, "metadata.py": _BUILD},
         ),
         # A fresh dict each step, its every entry the metadata built once before the loop.
         Invalid(

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from .facts import call_fact, last_name, literal_kind, ref, returned_def, walk_local
-from .fields import FieldFlow
+from .fields import FieldFlow, call_argument
 from .flow import ENTRY, EXIT, Flow, atom_source
 from .needs import Names, Words
-from .objects import partials, through_partial
+from .objects import _single_bindings, partials, through_partial
 from .project import ClassInfo, FunctionInfo
 from .topk import topk_gathers
 from .views import FunctionView
@@ -551,30 +551,15 @@ class Window:
         becomes the argument passed for it (None, "cannot be told", when none is spelled);
         `self.*` stays as it is."""
         mine = self.canon_receiver
-        node = fn.node()
-        if mine is None or node is None or not getattr(node, "args", None):
+        if mine is None:
             return mine
         root, dot, rest = mine.partition(".")
-        args = node.args
-        params = [a.arg for a in args.posonlyargs + args.args]
-        method = fn.facts.cls is not None
-        if method and params:
-            if root == params[0]:
-                return mine  # `self.model`: the same object in a method of the class
-            params = params[1:]
-        if root not in params and root not in [a.arg for a in args.kwonlyargs]:
-            return mine
-        passed = None
-        if root in params and params.index(root) < len(call.args):
-            i = params.index(root)
-            if not any(isinstance(a, ast.Starred) for a in call.args[: i + 1]):
-                passed = call.args[i]
-        else:
-            passed = next((kw.value for kw in call.keywords if kw.arg == root), None)
+        params = fn.facts.params
+        if root not in params or (fn.facts.cls is not None and root == params[0]):
+            return mine  # `self.model`: the same object in a method of the class
+        passed = call_argument(call, fn, params.index(root))
         spelled = ref(passed) if passed is not None else None
-        if spelled is None:
-            return None
-        return spelled + dot + rest
+        return spelled + dot + rest if spelled is not None else None
 
     def _through_caller(self, caller, node, call, owner: ClassInfo | None, forward: bool, stable_self: dict[str, bool], depth: int, verdict: Verdict) -> str:
         """One caller's share of `_through_callers`: 'covered', 'open' or 'unknown'."""
@@ -1015,15 +1000,9 @@ def identity_rows(call: ast.Call, func: ast.AST | None = None) -> bool:
     if rows is None:
         return False
     if isinstance(rows, ast.Name) and func is not None:
-        bound = [
-            sub.value for sub in walk_local(func)
-            if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
-            and any(isinstance(t, ast.Name) and t.id == rows.id
-                    for t in (sub.targets if isinstance(sub, ast.Assign) else [sub.target]))
-        ]
-        moved = any(isinstance(sub, ast.AugAssign) and isinstance(sub.target, ast.Name) and sub.target.id == rows.id for sub in walk_local(func))
-        if len(bound) == 1 and not moved and not isinstance(bound[0], ast.Name) and bound[0] is not None:
-            rows = bound[0]
+        value = _single_bindings(func).get(rows.id)
+        if value is not None and not isinstance(value, ast.Name):
+            rows = value
     if isinstance(rows, ast.Call) and last_name(rows.func) in ("arange", "range"):
         return len(rows.args) == 1 or (len(rows.args) >= 2 and isinstance(rows.args[0], ast.Constant) and rows.args[0].value == 0)
     if isinstance(rows, ast.Subscript) and last_name(rows.value) == "arange" and isinstance(rows.slice, ast.Slice):
