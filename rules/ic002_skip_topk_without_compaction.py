@@ -145,9 +145,11 @@ class SkipTopkWithoutCompaction(Rule):
     goes on in its callers: the methods of the class and of its base classes that call it
     (`self.on_multi_step_decode_begin(...)` in the base class's `propose()`, resolved for the
     subclass, so `self.on_prefill_end(...)` there is the subclass's compacting hook; a base
-    read from the environment or the bundled models counts), the call sites of a module-level
-    function across the project (through imports), and the function a nested one is defined
-    in. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
+    read from the environment or the bundled models counts); where the class and its bases
+    never call it, the methods of the project's subclasses that inherit it (a base class's
+    helper called from a subclass's `propose()`: every such caller must cover it); the call
+    sites of a module-level function across the project (through imports); and the function
+    a nested one is defined in. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
     runs: a switch before the `yield` is followed into that block (a compaction placed
     after the block's first forward comes too late). A switch on a parameter of the function
     (`def enable_reuse(draft_model): draft_model.set_skip_topk(True)`) is, in each caller, a
@@ -950,6 +952,27 @@ def propose(self, token_indices_to_sample):
             hidden = self.model(**self.inputs)
 """
         ),
+        # A base class's helper switches; the subclass's `propose` that calls it compacts.
+        Valid(
+            """
+class DraftBase:
+    def _enter_reuse(self):
+        self.model.model.set_skip_topk(True)
+""",
+            files={
+                "mtp.py": """
+from .example import DraftBase
+
+class MTPDrafter(DraftBase):
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._enter_reuse()
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+            },
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1495,6 +1518,38 @@ def draft(self, batch_size):
         hidden = self.model(**self.inputs)
 """,
             line=7,
+        ),
+        # The same helper, called by two subclasses: one of them never compacts.
+        Invalid(
+            """
+class DraftBase:
+    def _enter_reuse(self):
+        self.model.model.set_skip_topk(True)
+""",
+            line=3,
+            files={
+                "mtp.py": """
+from .example import DraftBase
+
+class MTPDrafter(DraftBase):
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._enter_reuse()
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+                "eagle.py": """
+from .example import DraftBase
+
+class EagleDrafter(DraftBase):
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._enter_reuse()
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            },
         ),
     ]
 

@@ -135,6 +135,22 @@ class IndexerMetadata:
 """
 
 # A group's metadata: a factory derives `max_seq_len`, a method caches a host copy.
+_CHUNK_META = """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class ChunkMeta:
+    cache_lens: torch.Tensor
+    max_cache_len: int
+
+    @classmethod
+    def make(cls, cache_lens):
+        return cls(cache_lens=cache_lens, max_cache_len=int(cache_lens.max()))
+"""
+
 _GROUP_META = """from dataclasses import dataclass
 
 import torch
@@ -211,7 +227,7 @@ class StaleDerivedMetadata(Rule):
     local: `new = X.seq_lens + k; X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`,
     an advance of some rows (`X.seq_lens[idx] = X.seq_lens[idx] + k`,
     `X.seq_lens.index_copy_(0, idx, X.seq_lens[idx] + k)`, `X.seq_lens.index_add_(0, idx, src)`,
-    `scatter_add_`),
+    `scatter_add_`, `index_put_(..., accumulate=True)`),
     `torch.clamp(X.seq_lens + k, max=m, out=X.seq_lens)`, a copy
     `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
     a new object built from the advanced value with the old derived values copied in
@@ -1005,6 +1021,22 @@ def propose(self, md: IndexerMetadata, batch_size: int):
     return self.run_model(md)
 """,
             files={"metadata.py": _INDEXER_MEMO},
+        ),
+        # A helper given that length fills it (a direction it cannot tell), outside a loop.
+        Valid(
+            """
+from .chunks import ChunkMeta
+from .rows import load_lens
+
+
+def prepare(self, md: ChunkMeta, host_lens):
+    load_lens(md.cache_lens, host_lens)
+    return self.builder.build(md)
+""",
+            files={"chunks.py": _CHUNK_META, "rows.py": """
+def load_lens(lens, src):
+    lens.copy_(src, non_blocking=True)
+"""},
         ),
     ]
 
@@ -1807,21 +1839,7 @@ def extend_by(md: ChunkMeta, n: int) -> ChunkMeta:
 """,
             line=7,
             message_contains="`max_cache_len`",
-            files={"chunks.py": """
-from dataclasses import dataclass
-
-import torch
-
-
-@dataclass
-class ChunkMeta:
-    cache_lens: torch.Tensor
-    max_cache_len: int
-
-    @classmethod
-    def make(cls, cache_lens):
-        return cls(cache_lens=cache_lens, max_cache_len=int(cache_lens.max()))
-"""},
+            files={"chunks.py": _CHUNK_META},
         ),
         # The step resets the memo itself, but a reader fills it again before the advance.
         Invalid(
@@ -1841,6 +1859,38 @@ class Drafter:
             line=10,
             message_contains="`_seq_lens_host`",
             files={"meta.py": _GROUP_META},
+        ),
+        # A length no release names, grown row by row with `index_add_` (no loop).
+        Invalid(
+            """
+from .chunks import ChunkMeta
+
+
+def commit_accepted(self, md: ChunkMeta, req_idx, num_accepted):
+    md.cache_lens.index_add_(0, req_idx, num_accepted)
+    return self.builder.build(md)
+""",
+            line=5,
+            message_contains="`max_cache_len`",
+            files={"chunks.py": _CHUNK_META},
+        ),
+        # The same length advanced by a helper of another module it is handed to (no loop).
+        Invalid(
+            """
+from .chunks import ChunkMeta
+from .rows import add_rows
+
+
+def commit_accepted(self, md: ChunkMeta, req_idx, num_accepted):
+    add_rows(md.cache_lens, req_idx, num_accepted)
+    return self.builder.build(md)
+""",
+            line=6,
+            message_contains="`max_cache_len`",
+            files={"chunks.py": _CHUNK_META, "rows.py": """
+def add_rows(lens, idx, n):
+    lens.index_add_(0, idx, n)
+"""},
         ),
     ]
 

@@ -440,6 +440,19 @@ VALUE_AT = {
 ROWS_ADDED = {"index_add_": (2, "source"), "scatter_add_": (2, "src")}
 
 
+def rows_added(call: ast.Call, method: str) -> tuple[bool, ast.AST | None]:
+    """(whether `<tensor>.<method>(...)` adds given values to rows of the tensor, the values):
+    `index_add_(0, idx, ones)`, `scatter_add_(0, idx, ones)`, and
+    `index_put_((idx,), ones, accumulate=True)`."""
+    if method in ROWS_ADDED:
+        return True, value_argument(call, *ROWS_ADDED[method])
+    if method == "index_put_":
+        flag = value_argument(call, 2, "accumulate")
+        if isinstance(flag, ast.Constant) and flag.value is True:
+            return True, value_argument(call, *VALUE_AT[method])
+    return False, None
+
+
 def reads_field(node: ast.AST, field: str) -> bool:
     """`x.field`, or rows of it (`x.field[idx]`)."""
     if isinstance(node, ast.Subscript):
@@ -485,9 +498,9 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
                 if method in _INPLACE_SIGN and call.args:
                     base = _INPLACE_SIGN[method]
                     sign = None if _zero(call.args[0]) else (-base if _negative(call.args[0]) else base)
-                elif method in ROWS_ADDED:
+                elif rows_added(call, method)[0]:
                     # `x.a.index_add_(0, idx, ones)`: the rows named grow by the source
-                    source = value_argument(call, *ROWS_ADDED[method])
+                    source = rows_added(call, method)[1]
                     sign = None if source is None or _zero(source) else (-1 if _negative(source) else 1)
                 elif method in VALUE_AT:
                     # `x.a.copy_(x.a + 1)`, `x.a.index_copy_(0, idx, x.a[idx] + 1)`: as the value
@@ -1262,13 +1275,14 @@ def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
 # -- what a definition must contain (prefilter atoms) -----------------------------------------------
 
 
-_INPLACE_MOVES = ("add_", "sub_", "copy_")
+# every in-place method `call_writes` reads a direction from
+_INPLACE_MOVES = (*_INPLACE_SIGN, *VALUE_AT, *ROWS_ADDED)
 
 
 class Moved(Need):
     """An attribute named in `fields` that arithmetic may move: followed (past a subscript
     and closing brackets) by `+`, by `-` and a negative amount, or by `.add_(`, `.sub_(`,
-    `.copy_(`; or preceded (past a dotted receiver and opening brackets) by `+` or by
+    `.copy_(`, `.index_add_(` and the other in-place writes with a direction; or preceded (past a dotted receiver and opening brackets) by `+` or by
     `add(`/`sub(`. Every advance `writes_at`/`call_writes` recognise (with the amount read
     from the source) is spelled so, on one of its occurrences of the field."""
 

@@ -113,14 +113,15 @@ def increment_need(table: Table) -> Need:
     # (as `x.seq_lens`, or a slice of it) or stored to; a field a memo reads, stored to where
     # a loop can reuse the object (any write stales a memo, and one outside a loop is not judged).
     # A length of the layout no release names (`STEP_GLOBS`) is each of these too: what the
-    # project derives from it is learned where the object's class is read.
+    # project derives from it is learned where the object's class is read (handed to a call
+    # anywhere: a helper may advance it).
     layout = STEP_GLOBS
     loop = Words("for", "while")
     parts: list[Need] = [
         Moved(sources, layout),
         Passed(Names(handed, case_sensitive=True), attribute=True),
         Stored(handed),
-        AllNeed(Passed(Names(layout, case_sensitive=True), attribute=True), loop),
+        Passed(Names(layout, case_sensitive=True), attribute=True),
         AllNeed(Stored(exact, layout), loop),
         # outside a loop, where the function fills the memo itself before the write
         # (`md.token_to_seq()`, then `md.query_start_loc = ...`)
@@ -259,9 +260,9 @@ def may_write_a_source(func: ast.AST, table: Table) -> bool:
                 return True
             if writes_only_by_syntax(sub):
                 continue  # as `written_through_calls`
-            # a layout field handed to a call is looked for in a loop only (a draft loop
-            # launching a kernel that advances it); the releases' stepped fields anywhere
-            if any(named(a, handed, has_loop) for a in sub.args) or any(named(k.value, handed, has_loop) for k in sub.keywords if k.arg != "out"):
+            # a layout field handed to a call (a draft loop launching a kernel that advances
+            # it, a helper adding to it); the releases' stepped fields anywhere
+            if any(named(a, handed) for a in sub.args) or any(named(k.value, handed) for k in sub.keywords if k.arg != "out"):
                 return True
     return False
 
@@ -304,18 +305,19 @@ def written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str, 
     # given a field only a memo reads is judged where the memo is (the layout's own writes)
     sources = table.stepped_sources()
     summaries = None
-    # a layout field no release derives from, handed to a call, in a loop only (as
-    # `may_write_a_source`)
-    layout = any(isinstance(sub, (ast.For, ast.AsyncFor, ast.While)) for sub in walk_local(func))
+    # a layout field no release derives from, handed to a call: advanced by it anywhere
+    # (`add_rows(md.kv_lens, idx, n)`), written in a way of unknown direction in a loop only
+    in_loop = any(isinstance(sub, (ast.For, ast.AsyncFor, ast.While)) for sub in walk_local(func))
     for sub in walk_local(func):
         if not isinstance(sub, ast.Call):
             continue
         handed = []
         for arg, base in handed_attributes(sub):
-            if base.attr in sources or variant_of(base.attr) in sources or (layout and step_field(base.attr)):
+            stepped = base.attr in sources or variant_of(base.attr) in sources
+            if stepped or step_field(base.attr):
                 obj = canonical(ref(base.value), aliases)
                 if obj is not None:
-                    handed.append((arg, obj, base.attr))
+                    handed.append((arg, obj, base.attr, stepped or in_loop))
         if not handed:
             continue
         if writes_only_by_syntax(sub):
@@ -326,11 +328,11 @@ def written_through_calls(view: FunctionView, func: ast.AST, aliases: dict[str, 
         if summaries is None:
             summaries = view.ctx.summaries(depth)
         offset = bound_offset(sub.func, fn)
-        for arg, obj, field in handed:
+        for arg, obj, field, any_write in handed:
             indices = parameter_index(fn, sub, offset, lambda a, arg=arg: a is arg)
             for index in indices:
                 got = argument_writes(summaries, fn, index, depth)
-                if got is None:
+                if got is None or (got != ADVANCES and not any_write):
                     continue
                 yield FieldWrite(obj, field, "set", 1 if got == ADVANCES else None, sub, isinstance(arg, ast.Subscript)), sub
                 break

@@ -526,7 +526,7 @@ class Window:
         if fn is None or depth <= 0:
             return "unknown"
         owner = self.owner if self.owner is not None else fn.owner()
-        sites = list(caller_sites(fn, owner, self.view))
+        sites = list(caller_sites(fn, owner, self.view, subclasses=True))
         if not sites:
             return "unknown"
         stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
@@ -536,8 +536,12 @@ class Window:
             # with `def enable_reuse(draft_model): draft_model.set_skip_topk(True)`
             mine = self.receiver, self.canon_receiver
             self.receiver = self.canon_receiver = self._receiver_at(fn, call)
+            # in a subclass's caller, `self` is the subclass's instance
+            here = caller.owner()
+            if here is None or owner is None or owner.name not in {c.name for c in here.classes()[1:]}:
+                here = owner
             try:
-                got = self._through_caller(caller, node, call, owner, forward, stable_self, depth, verdict)
+                got = self._through_caller(caller, node, call, here, forward, stable_self, depth, verdict)
             finally:
                 self.receiver, self.canon_receiver = mine
             if got == "open":
@@ -925,10 +929,11 @@ def canonical_name(name: str, aliases: dict[str, str]) -> str:
     return name
 
 
-def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None):
+def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None, subclasses: bool = False):
     """(caller, its ast node, the call) for each call of `fn` whose caller the source shows:
-    `self.<fn>(...)` in the methods of its class and their bases, and a nested function
-    called by name in the function that defines it."""
+    `self.<fn>(...)` in the methods of its class and their bases (with `subclasses`, when
+    there are none, in the project's subclasses that inherit it: a project-wide search), and
+    a nested function called by name in the function that defines it."""
     name = fn.short
     head, sep, _ = fn.qual.rpartition(".<locals>.")
     if sep:
@@ -948,6 +953,7 @@ def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None):
                 yield site.caller, site.node, site.call
         return
     word = Words(name)
+    found = False
     for cls in owner.classes():
         text = cls.module.source.text
         chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
@@ -965,7 +971,37 @@ def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None):
                 continue
             for call in calls_in(node):
                 if last_name(call.func) == name and ref(call.func) in (f"self.{name}", f"super().{name}"):
+                    found = True
                     yield method, node, call
+    if subclasses and not found and view is not None:
+        yield from _subclass_sites(fn, owner, view, word)
+
+
+def _subclass_sites(fn: FunctionInfo, owner: ClassInfo, view, word: Words):
+    """`self.<fn>(...)` in the methods of the project's subclasses of `owner` that inherit
+    `fn` (a base class's helper called only from a subclass's `propose`)."""
+    name = fn.short
+    project = view.project
+    mine = {(str(c.module.path), c.qual) for c in owner.classes()}
+    refs = (f"self.{name}", f"super().{name}")
+    for path in project.files_containing(name):
+        module = project.module_at(path)
+        for chunk in module.leaf_chunks(word):
+            for facts in module.chunk_facts(chunk).functions.values():
+                if facts.cls is None or not any(c.name == name and c.ref in refs for c in facts.calls):
+                    continue
+                cls = module.klass(facts.cls)
+                if cls is None or (str(module.path), cls.qual) in mine:
+                    continue
+                if owner.name not in {c.name for c in cls.classes()[1:]} or cls.method(name) != fn:
+                    continue  # not a subclass, or one that overrides the helper
+                method = module.function(facts.qual)
+                node = method.node() if method is not None else None
+                if node is None:
+                    continue
+                for call in calls_in(node):
+                    if last_name(call.func) == name and ref(call.func) in refs:
+                        yield method, node, call
 
 
 _INDEX_NAMES = ("token_indices_to_sample", "last_token_indices")
