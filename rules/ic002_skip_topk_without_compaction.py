@@ -114,7 +114,9 @@ class SkipTopkWithoutCompaction(Rule):
 
     Conditions count: a branch that contradicts the switch's own conditions is not taken (a
     switch under `if self.share:` pairs with a compaction under the same `if self.share:`,
-    also through a local bound once outside loops: `share = self.share and ...`), but a
+    also through a local bound once outside loops: `share = self.share and ...`), nor one
+    that contradicts what an earlier branch of the same path decided (`if self.share:
+    compact(...)`, then `if not self.share: return` before the switch), but a
     compaction under a narrower condition than the switch's does not cover the paths where
     that condition is false. `hasattr(model, "compact_topk_indices")` tests are taken as
     true: a model without the method is IC003's finding.
@@ -973,6 +975,21 @@ class MTPDrafter(DraftBase):
 """
             },
         ),
+        # The compaction under `if self.share:`; the switch after an early return when that
+        # is false: no path reaches it without the compaction.
+        Valid(
+            """
+def draft(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    if self.share:
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+    if not self.share or self.num_steps == 1:
+        return self.propose_plain(hidden)
+    self.model.model.set_skip_topk(True)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1550,6 +1567,21 @@ class EagleDrafter(DraftBase):
             hidden = self.model(**self.inputs)
 """,
             },
+        ),
+        # The early return tests another flag: with `self.share` false the switch still runs.
+        Invalid(
+            """
+def draft(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    if self.share:
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+    if not self.draft_ready:
+        return self.propose_plain(hidden)
+    self.model.model.set_skip_topk(True)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=7,
         ),
     ]
 

@@ -410,35 +410,56 @@ class Flow:
         paths that ended so (as node lists); the ends of the function are verdict 'end'.
 
         A `cond` node whose atoms contradict `known` (or what `assume` says of an atom) is not
-        taken, nor, walking backwards, a node inside a branch whose conditions contradict it. Each node is visited once per search (paths through a loop are cut at the
-        second visit, which cannot add a new verdict).
+        taken, nor, walking backwards, a node inside a branch whose conditions contradict it;
+        nor a branch that contradicts a stable atom an earlier branch of the same path
+        decided. Each node is visited once per search and set of decided atoms (paths
+        through a loop are cut at the second visit, which cannot add a new verdict).
         """
         known = dict(known or {})
         edges = self.succ if forward else self.pred
         out: dict[str, list[list[int]]] = {}
-        seen: set[int] = set()
-        stack: list[tuple[int, list[int]]] = [(n, [n]) for n in sorted(edges.get(start, ()))]
+        # a path carries the stable atoms its branches decided (`if self.share: compact()`
+        # skipped means `self.share` is false further on), so a later branch that contradicts
+        # them is not taken: `if not self.share: return` before the switch
+        none: frozenset = frozenset()
+        seen: set[tuple[int, frozenset]] = set()
+        stack: list[tuple[int, list[int], frozenset]] = [(n, [n], none) for n in sorted(edges.get(start, ()))]
         while stack:
-            idx, path = stack.pop()
-            if idx in seen:
+            idx, path, learned = stack.pop()
+            if (idx, learned) in seen:
                 continue
-            seen.add(idx)
+            seen.add((idx, learned))
             if idx in (ENTRY, EXIT):
                 out.setdefault("end", []).append(path)
                 continue
             node = self.nodes[idx]
-            if node.kind == "cond" and not _consistent(node.atoms, known, assume):
+            here = {**known, **dict(learned)} if learned else known
+            if node.kind == "cond" and not _consistent(node.atoms, here, assume):
                 continue
-            if not forward and node.conds and not _consistent(node.conds, known, assume):
+            if not forward and node.conds and not _consistent(node.conds, here, assume):
                 continue  # walking back into a branch that is not taken
             verdict = stop(node)
             if verdict is not None:
                 out.setdefault(verdict, []).append(path)
                 continue
+            decided = node.atoms if node.kind == "cond" else ()
+            if not forward:
+                decided = decided + node.conds
+            if decided and len(learned) < _MAX_DECIDED:
+                new = [a for a in decided if a[0] and a[0] not in here and self._stable_atom(a)]
+                if new:
+                    learned = learned | frozenset(new[: _MAX_DECIDED - len(learned)])
             for nxt in sorted(edges.get(idx, ())):
-                if nxt not in seen:
-                    stack.append((nxt, path + [nxt]))
+                if (nxt, learned) not in seen:
+                    stack.append((nxt, path + [nxt], learned))
         return out
+
+    def _stable_atom(self, atom: Atom) -> bool:
+        memo = self.__dict__.setdefault("_stable_memo", {})
+        got = memo.get(atom[0])
+        if got is None:
+            got = memo[atom[0]] = self.stable(atom)
+        return got
 
     def iteration(self, loop: Loop, stop: Callable[[Node], str | None]) -> set[str]:
         """The verdicts of the paths through one iteration of `loop`, from its head back to
@@ -469,6 +490,9 @@ class Flow:
 
     def calls(self) -> Iterator[Node]:
         return (n for n in self.nodes if n.kind == "call")
+
+
+_MAX_DECIDED = 6  # atoms a path carries: enough for the guards one window holds
 
 
 def _consistent(atoms: tuple[Atom, ...], known: dict[str, bool], assume) -> bool:
