@@ -1892,6 +1892,31 @@ def add_rows(lens, idx, n):
     lens.index_add_(0, idx, n)
 """},
         ),
+        # A `@triton.jit` kernel launched on the field itself in the draft loop.
+        Invalid(
+            """
+import triton
+import triton.language as tl
+
+from .chunks import ChunkMeta
+
+
+@triton.jit
+def grow_kernel(lens_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    lens = tl.load(lens_ptr + offs, mask=offs < n)
+    tl.store(lens_ptr + offs, lens + 1, mask=offs < n)
+
+
+def propose(self, md: ChunkMeta, n: int):
+    for _ in range(self.num_steps):
+        self.run_model(md)
+        grow_kernel[(triton.cdiv(n, 128),)](md.cache_lens, n, BLOCK=128)
+""",
+            line=17,
+            message_contains="`max_cache_len` of `md`",
+            files={"chunks.py": _CHUNK_META},
+        ),
     ]
 
     @classmethod
@@ -2004,7 +2029,9 @@ def _spelled(view: FunctionView, write: FieldWrite, at: ast.AST) -> str:
     return write.obj or "?"
 
 
-def _amount_text(view: FunctionView, write: FieldWrite) -> str:
+def _amount_text(view: FunctionView, write: FieldWrite) -> str | None:
+    """The amount an advance adds, as the source spells it; None for a helper or kernel
+    that adds its own."""
     node = write.node
     if isinstance(node, ast.AugAssign):
         return view.text(node.value)
@@ -2021,7 +2048,11 @@ def _amount_text(view: FunctionView, write: FieldWrite) -> str:
         value = value_argument(node, *VALUE_AT[method])
     elif isinstance(node, ast.Call) and write.kind == "set":
         # `x.seq_lens.add_(k)`; `torch.add(x.seq_lens, k, out=x.seq_lens)`: the operand
-        # that is not the field itself
+        # that is not the field itself. A helper or kernel given the field adds what its
+        # body adds, which its arguments do not spell.
+        in_place = isinstance(node.func, ast.Attribute) and reads_field(node.func.value, write.field)
+        if not in_place and not any(kw.arg == "out" for kw in node.keywords):
+            return None
         operands = [a for a in node.args if not reads_field(a, write.field)]
         if operands:
             return view.text(operands[0])
@@ -2050,11 +2081,21 @@ def _wrap(amount: str) -> str:
     return amount if isinstance(node, (ast.Call, ast.Attribute, ast.Subscript)) else f"({amount})"
 
 
-def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: str = "self.max_model_len",
+_UNSPELLED = "\x00"  # the amount a helper or kernel adds, until the hint names it
+
+
+def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str | None, cap: str = "self.max_model_len",
           memos: set[str] | frozenset[str] = frozenset(), evidence: dict[str, Derivation] | None = None,
           cached: set[str] | frozenset[str] = frozenset()) -> str:
-    x, k = spelled, _wrap(amount)
+    x, k = spelled, _wrap(amount) if amount is not None else _UNSPELLED
     evidence = evidence or {}
+    # the amount a helper or kernel adds is in its body: named `n` in the hint
+    func = getattr(write.node, "func", None)
+    called = last_name(func.value if isinstance(func, ast.Subscript) else func) if func is not None else None
+    unspelled = f", where `n` is what `{called or 'the call'}` adds to each length"
+
+    def done(text: str) -> str:
+        return text.replace(_UNSPELLED, "n") + unspelled + "." if _UNSPELLED in text else text + "."
 
     def recompute(d: str) -> str:
         e = evidence.get(d)
@@ -2080,7 +2121,7 @@ def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: s
             else:
                 sources = evidence[d].sources if d in evidence else (write.field,)
                 parts.append(f"`{d}=` a value recomputed from the new {', '.join(f'`{s}`' for s in sources)}")
-        return f"Pass the derived fields to the same `{last_name(write.node.func)}(...)`: " + ", ".join(parts) + "."
+        return done(f"Pass the derived fields to the same `{last_name(write.node.func)}(...)`: " + ", ".join(parts))
     parts = []
     for d in stale:
         if d in cached:
@@ -2097,7 +2138,7 @@ def _hint(write: FieldWrite, spelled: str, stale: list[str], amount: str, cap: s
             parts.append(f"`if {x}.{d} is not None: {x}.{d} += {k}`")
         else:
             parts.append(recompute(d))
-    return "Update them in the same draft step, next to the change: " + "; ".join(parts) + "."
+    return done("Update them in the same draft step, next to the change: " + "; ".join(parts))
 
 
 __all__ = ["StaleDerivedMetadata", "FieldMap"]

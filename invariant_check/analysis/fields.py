@@ -893,12 +893,22 @@ def _fills(summaries: Summaries, fn: FunctionInfo, index: int, depth: int, visit
 
 
 def resolve_call(view, call: ast.Call) -> tuple[str, FunctionInfo | None]:
-    """(kind of the callee's symbol, the project function it runs, if any)."""
-    spelled = ref(call.func)
+    """(kind of the callee's symbol, the project function it runs, if any); a Triton launch
+    `kernel[grid](...)` runs the `@triton.jit` kernel."""
+    func = call.func
+    launch = isinstance(func, ast.Subscript)
+    spelled = ref(func.value if launch else func)
     if spelled is None:
         return "unknown", None
     sym = view.resolve(spelled)
-    return sym.kind, view.ctx.summaries().function_for(sym)
+    fn = view.ctx.summaries().function_for(sym)
+    if launch:
+        from .tensor_writes import is_kernel
+
+        node = fn.node() if fn is not None else None
+        if node is None or not is_kernel(node):
+            return "unknown", None
+    return sym.kind, fn
 
 
 @dataclass(frozen=True)
