@@ -551,6 +551,27 @@ def draft(self, common, positions, per_layer):
         positions += 1
 """
         ),
+        # Built by its class's constructor in the step, refreshed by a method of that class.
+        Valid(
+            """
+from .inputs import update_draft_inputs
+
+class DraftMetadata:
+    def __init__(self, seq_lens):
+        self.seq_lens = seq_lens
+
+    def advance(self, n):
+        self.seq_lens[:n] += 1
+
+def draft(self, num_tokens, seq_lens, n):
+    md = DraftMetadata(seq_lens.clone())
+    for _ in range(1, self.num_steps):
+        self.run_model(num_tokens, md)
+        update_draft_inputs(self.sample(), self.input_buffers)
+        md.advance(n)
+""",
+            files={"inputs.py": _INPUTS},
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.

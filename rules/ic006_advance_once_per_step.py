@@ -432,6 +432,17 @@ class Proposer:
             group.builder.build(common_attn_metadata)
 """
         ),
+        # A `while` loop's counter picks each group's own row of the shared positions.
+        Valid(
+            """
+def prepare(self, common_attn_metadata, positions):
+    gid = 0
+    while gid < len(self.draft_attn_groups):
+        positions[gid] += 1
+        self.draft_attn_groups[gid].builder.build(common_attn_metadata, positions)
+        gid += 1
+"""
+        ),
     ]
 
     INVALID = [
@@ -814,6 +825,17 @@ class Proposer:
 """,
             line=12,
             message_contains="advances `self.input_buffers.positions`",
+        ),
+        # A slice of a positions parameter, advanced in place once per group.
+        Invalid(
+            """
+def prepare(self, common_attn_metadata, positions, num_reqs):
+    for group in self.draft_attn_groups:
+        positions[:num_reqs].add_(1)
+        group.builder.build(common_attn_metadata, positions)
+""",
+            line=3,
+            message_contains="`positions`",
         ),
     ]
 

@@ -220,11 +220,14 @@ def direction(value: ast.AST | None, old: str, aliases: dict[str, str]) -> int |
 
 
 def local_increment(call: ast.Call) -> str | None:
-    """The local a call increments in place: `positions.add_(1)`, `positions.copy_(positions +
-    1)`, `torch.add(positions, 1, out=positions)`; None otherwise."""
+    """The local a call increments in place: `positions.add_(1)` (also of a slice:
+    `positions[:n].add_(1)`), `positions.copy_(positions + 1)`, `torch.add(positions, 1,
+    out=positions)`; None otherwise."""
     func = call.func
-    if isinstance(func, ast.Attribute) and func.attr == "add_" and isinstance(func.value, ast.Name) and call.args:
-        return func.value.id if added(ast.Add(), call.args[0]) == 1 else None
+    if isinstance(func, ast.Attribute) and func.attr == "add_" and call.args:
+        held = func.value.value if isinstance(func.value, ast.Subscript) else func.value
+        if isinstance(held, ast.Name):
+            return held.id if added(ast.Add(), call.args[0]) == 1 else None
     if isinstance(func, ast.Attribute) and func.attr == "copy_" and isinstance(func.value, ast.Name) and call.args:
         # `positions.copy_(positions + 1)`
         value = call.args[0]

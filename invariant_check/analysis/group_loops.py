@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator
 
 from .facts import child_nodes, last_name, ref, target_names, walk_local
-from .fields import Locals, call_writes, direction, flows_to, local_aliases, local_increment, resolve_call, store_targets, store_writes
+from .fields import Locals, added, call_writes, direction, flows_to, local_aliases, local_increment, resolve_call, store_targets, store_writes
 from .needs import Names
 from .objects import canonical, partials, through_partial
 from .project import FunctionInfo
@@ -251,10 +251,12 @@ def shared_advances(view, func: ast.AST, loops: list[ast.AST], *, fields: frozen
         if breaks_out(loop) or runs_forward(loop, forwards):
             continue
         fresh = fresh_names(loop, aliases)
+        # a row index the iteration moves (a `while` loop's `gid += 1`) picks its own row too
+        rows = fresh | {n for n, stmts in bound_in(loop).items() if stmts and all(_moves_itself(s, n, aliases) for s in stmts)}
         for node, guarded in _events(loop):
             if id(node) in seen or inner.get(id(node)) is not loop or guarded:
                 continue
-            got = _advance_of(view, node, aliases, fresh, fields, advancing, depth, summaries, bound)
+            got = _advance_of(view, node, aliases, fresh, fields, advancing, depth, summaries, bound, rows)
             if got is None:
                 continue
             shared, via, kind = got
@@ -349,8 +351,11 @@ def _indexed_by(target: ast.AST, fresh: set[str]) -> bool:
 
 
 def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, advancing, depth,
-                summaries, bound=None) -> tuple[str, str | None, str] | None:
-    """(the shared object `node` advances, the helper it calls, the kind of advance) or None."""
+                summaries, bound=None, rows: set[str] | None = None) -> tuple[str, str | None, str] | None:
+    """(the shared object `node` advances, the helper it calls, the kind of advance) or None.
+    `rows`: the names whose value each iteration has its own of (an index into a shared
+    tensor by one of them moves that iteration's row)."""
+    rows = fresh if rows is None else rows
 
     def shared(spelled: str | None) -> bool:
         root = _root(canonical(spelled, aliases) if spelled else None)
@@ -366,21 +371,27 @@ def _advance_of(view, node: ast.AST, aliases: Locals, fresh: set[str], fields, a
                     return canonical(t.id, aliases) or t.id, None, "local"
             for piece in store_targets(t):
                 for w in store_writes(piece, node, aliases):
-                    if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(piece, fresh):
+                    if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(piece, rows):
                         return f"{w.obj}.{w.field}", None, "field"
-                # `positions[:n] += 1` with `positions = self.input_buffers.positions`
+                # `positions[:n] += 1` with `positions = self.input_buffers.positions`, or
+                # on the local (a parameter) itself
                 if isinstance(node, ast.AugAssign) and isinstance(piece, ast.Subscript) and isinstance(piece.value, ast.Name):
                     held = canonical(piece.value.id, aliases)
                     if (held and held != piece.value.id and held.rsplit(".", 1)[-1] in fields
-                            and isinstance(node.op, ast.Add) and shared(held) and not _indexed_by(piece, fresh)):
+                            and isinstance(node.op, ast.Add) and shared(held) and not _indexed_by(piece, rows)):
                         return held, None, "field"
+                    if (held == piece.value.id and held in fields and isinstance(node.op, ast.Add)
+                            and added(node.op, node.value) == 1 and shared(held) and not _indexed_by(piece, rows)):
+                        return held, None, "local"
         return None
     call = through_partial(node, bound) if bound else node
     for w in call_writes(call, aliases):
-        if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(call.func.value, fresh):
+        if w.field in fields and w.sign == 1 and w.kind == "set" and shared(w.obj) and not _indexed_by(call.func.value, rows):
             return f"{w.obj}.{w.field}", None, "field"
     local = local_increment(call)
     if local is not None and local in fields:
+        if _indexed_by(call.func.value, rows):
+            return None  # `positions[i].add_(1)`: each iteration moves its own row
         return (canonical(local, aliases) or local, None, "local") if shared(local) else None
     kind, fn = resolve_call(view, call)
     if not call_advances(call, fn, fields=fields, advancing=advancing, depth=depth, summaries=summaries):

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from .facts import last_name, ref
-from .fields import FieldFlow, bound_offset, canonical, fills, flows_to, handed_attributes, parameter_index, resolve_call, writes_at
+from .fields import FieldFlow, bound_offset, canonical, class_of, fills, flows_to, handed_attributes, parameter_index, resolve_call, writes_at
 from .flow import Loop, Node
 from .needs import Names
 from .objects import aliases_of, bound_value, container_copy_of, copy_of, held_values, partials, through_partial
@@ -243,6 +243,11 @@ class MetadataSteps:
         if not (receives or recv == md or own_method):
             return False  # a call that is not given the metadata cannot refresh it
         _, fn = self.target(call)
+        if fn is None and recv == md:
+            # `attn_md.advance_step(...)` with `attn_md = Meta(...)` (or annotated, a copy):
+            # the method of the object's class
+            cls = class_of(self.view, md, self.aliases)
+            fn = cls.method(name) if cls is not None and name else None
         if fn is None:
             return False
         if recv == md and bound_offset(call.func, fn) and self.summaries.fields_written(fn, 0):
