@@ -66,7 +66,7 @@ class SkipTopkWithoutCompaction(Rule):
 
     ## Which orderings it proves
     The rule walks every path of the function's control flow (branches, loops, `try`,
-    `return`, short-circuit operators) backwards from the switch to the previous forward and
+    `return` (through the `finally` blocks around it), short-circuit operators) backwards from the switch to the previous forward and
     forwards to the next one. The switch is fine when a compaction lies on every path into it,
     or on every path out of it. A *forward* is a call of the switch's receiver or an object it
     hangs off (`self.model(...)` for `self.model.model`, also through a local alias), a call
@@ -988,6 +988,24 @@ def draft(self, token_indices_to_sample):
     self.model.model.set_skip_topk(True)
     for _ in range(self.num_steps - 1):
         hidden = self.model(**self.inputs)
+"""
+        ),
+        # Step 0's helper returns its forward from a `try` whose `finally` compacts: the
+        # compaction runs after the forward, before the caller switches.
+        Valid(
+            """
+class Drafter:
+    def _step0(self, token_indices_to_sample):
+        try:
+            return self.model(**self.inputs)
+        finally:
+            self.model.model.compact_topk_indices(token_indices_to_sample)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self._step0(token_indices_to_sample)
+        self.model.model.set_skip_topk(True)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
 """
         ),
     ]

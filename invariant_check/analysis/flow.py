@@ -110,6 +110,13 @@ class Flow:
             self.loops[loop].members.add(idx)
         return idx
 
+    def _leave(self, preds) -> None:
+        """A `return` from `preds`: through the `finally` blocks around it, then the exit."""
+        if self._finally:
+            self._finally[-1].extend(preds)
+        else:
+            self._link(preds, EXIT)
+
     def _link(self, froms: Iterable[int], to: int) -> None:
         for f in froms:
             self.succ.setdefault(f, set()).add(to)
@@ -211,7 +218,7 @@ class Flow:
             return self._bind_targets(st.target, st, preds)
         if isinstance(st, ast.Return):
             preds = self._expr(st.value, preds)
-            self._link(preds, EXIT)
+            self._leave(preds)
             return set()
         if isinstance(st, ast.Raise):
             self._expr(st.exc, preds)
@@ -244,6 +251,8 @@ class Flow:
         if isinstance(st, ast.Try) or type(st).__name__ == "TryStar":
             start = set(preds)
             before = len(self.nodes)
+            if st.finalbody:
+                self._finally.append([])  # the `return`s that leave through the `finally` block
             body_end = self._block(st.body, preds)
             inside = set(range(before, len(self.nodes))) | start
             ends = self._block(st.orelse, body_end) if st.orelse else body_end
@@ -255,13 +264,19 @@ class Flow:
                     hp = self._chain(hp, self._new("bind", handler, handler.name))
                 ends |= self._block(handler.body, hp)
             if st.finalbody:
+                returns = self._finally.pop()
+                # copies of the block, the normal path's built last so that the events of the
+                # block's calls are its own (where there is one)
+                if not st.handlers:
+                    # an exception in the body runs the `finally` block and leaves: on that
+                    # path no later step follows
+                    self._block(st.finalbody, inside)
+                if returns:
+                    # a `return` in the body runs the block, then leaves the function
+                    self._leave(self._block(st.finalbody, set(returns)))
                 if st.handlers:
                     ends = self._block(st.finalbody, ends | inside)
-                else:
-                    # an exception in the body runs the `finally` block and leaves: on that
-                    # path (a copy of the block, built first so that the events of the
-                    # block's calls are the normal path's) no later step follows
-                    self._block(st.finalbody, inside)
+                elif ends or not returns:
                     ends = self._block(st.finalbody, ends)
             return ends
         if isinstance(st, ast.Break):
