@@ -196,7 +196,7 @@ class StaleDerivedMetadata(Rule):
       another (`seq_lens=s, max_seq_len=int(s.max())`, `dcp_local_seq_lens=` computed from
       the `seq_lens` it is given; a host copy, `kv_lens_cpu=kv_lens.to("cpu")`), or a
       statement sets from another field of the object (`md.max_seq_len =
-      int(md.seq_lens.max())`, also in the class's methods, `__init__` included);
+      int(md.seq_lens.max())`, also in the class's methods, through a local they fill);
     - a field the code advances together with another, by the same amount, in at least two
       functions (`seq_lens_cpu_upper_bound += 1` with `seq_lens`): in the releases, and in the
       project's modules that define the object's class or hold the step (a bound, a count or
@@ -1916,6 +1916,38 @@ def propose(self, md: ChunkMeta, n: int):
             line=17,
             message_contains="`max_cache_len` of `md`",
             files={"chunks.py": _CHUNK_META},
+        ),
+        # A field a method of the class fills through a local buffer (`indptr[1:] = cumsum`).
+        Invalid(
+            """
+from .ragged import RaggedMeta
+
+
+def draft(model, md: RaggedMeta, ids, num_steps: int):
+    for _ in range(num_steps):
+        ids = model(ids, md)
+        md.kv_lens.add_(1)
+    return ids
+""",
+            line=7,
+            message_contains="`kv_indptr` of `md`",
+            files={"ragged.py": """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class RaggedMeta:
+    kv_lens: torch.Tensor
+    kv_indptr: torch.Tensor
+
+    def finalize(self):
+        indptr = torch.zeros(self.kv_lens.numel() + 1, dtype=torch.int32)
+        indptr[1:] = torch.cumsum(self.kv_lens, 0)
+        self.kv_indptr = indptr
+        return self
+"""},
         ),
     ]
 

@@ -320,7 +320,9 @@ def _memos_of(info) -> list[Derivation]:
                 kept = _kept_parameters(node, me)
                 for sub in walk_local(node):
                     if isinstance(sub, ast.Assign) and len(sub.targets) == 1 and me is not None and ref(getattr(sub.targets[0], "value", None)) == me:
-                        for d in _assigned_derivation(sub, where, f"{cls.name}.{name}", kept):
+                        if isinstance(sub.value, ast.Name) and values is None:
+                            values = _single_bindings(node)  # `self.kv_indptr = indptr`
+                        for d in _assigned_derivation(sub, where, f"{cls.name}.{name}", kept, values):
                             if d.field in fields and set(d.sources) & fields and in_family(d):
                                 out.append(d)
                     elif isinstance(sub, ast.Call) and len(sub.keywords) + len(sub.args) >= 2 and _makes_own(sub, cls.name, me):
@@ -722,22 +724,29 @@ def _keyword_derivations(call: ast.Call, values: dict[str, ast.AST], where: str,
                              f"`{spelled}(...)` in `{qual}` sets it to a copy of {_names(sorted(copies))}", owner, qual)
 
 
-def _assigned_derivation(stmt: ast.Assign, where: str, qual: str, kept: dict[str, str] | None = None) -> Iterator[Derivation]:
+def _assigned_derivation(stmt: ast.Assign, where: str, qual: str, kept: dict[str, str] | None = None,
+                         values: dict[str, ast.AST] | None = None) -> Iterator[Derivation]:
     """`obj.f = <expr of obj.g>`; with `kept` (a parameter -> the field of `obj` it is stored
-    in, `self.seq_lens = seq_lens` in an `__init__`), `obj.f = <expr of the parameter>` too."""
+    in, `self.seq_lens = seq_lens` in an `__init__`), `obj.f = <expr of the parameter>` too;
+    with `values` (the function's single bindings), `obj.f = local` reads what the local was
+    bound to and filled with (`indptr = torch.zeros(n + 1); indptr[1:] =
+    torch.cumsum(obj.g, 0)`)."""
     target = stmt.targets[0]
     if not isinstance(target, ast.Attribute):
         return
     obj = ref(target.value)
     if obj is None:
         return
+    value = stmt.value
+    if values and isinstance(value, ast.Name) and value.id in values and not (kept and value.id in kept):
+        value = values[value.id]
     read = set()
-    for part in _value_parts(stmt.value):
+    for part in _value_parts(value):
         if isinstance(part, ast.Attribute) and ref(part.value) == obj and part.attr != target.attr:
             read.add(part.attr)
         elif kept and isinstance(part, ast.Name) and part.id in kept and kept[part.id] != target.attr:
             read.add(kept[part.id])
-    if read and not _selects(stmt.value):
+    if read and not _selects(value):
         yield Derivation(target.attr, tuple(sorted(read)), "built", f"{where}:{stmt.lineno}",
                          f"`{obj}.{target.attr} = ...` in `{qual}` sets it from {_names(sorted(read))}", None, qual)
 
