@@ -1008,6 +1008,30 @@ class Drafter:
             hidden = self.model(**self.inputs)
 """
         ),
+        # A base class binds the switch; the subclass's `propose` calls it and compacts.
+        Valid(
+            """
+import functools
+
+class DrafterBase:
+    def load_model(self, model):
+        self.model = model
+        self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
+""",
+            files={
+                "dsv32.py": """
+from .example import DrafterBase
+
+class DSV32Drafter(DrafterBase):
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._reuse_on()
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+            },
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1601,6 +1625,31 @@ def draft(self, token_indices_to_sample):
 """,
             line=7,
         ),
+        # The same binding, and the subclass's `propose` never compacts.
+        Invalid(
+            """
+import functools
+
+class DrafterBase:
+    def load_model(self, model):
+        self.model = model
+        self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
+""",
+            line=6,
+            message_contains="called in `DSV32Drafter.propose()` at dsv32.py:6",
+            files={
+                "dsv32.py": """
+from .example import DrafterBase
+
+class DSV32Drafter(DrafterBase):
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._reuse_on()
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+            },
+        ),
     ]
 
 
@@ -1664,7 +1713,9 @@ def draft(self, token_indices_to_sample):
         # the switch bound to an instance attribute, reported where it is bound
         holds_buffer = lambda receiver: self.roles(view).of_receiver(view, receiver) != NONE
         for found in bound_switches(view, self.query, holds_buffer):
-            where = f"`{view.text(found.target)}`, called in `{found.method.qual}()` at line {found.call.lineno},"
+            at = (f"line {found.call.lineno}" if found.method.module.path == view.module.path
+                  else f"{view.project.display(found.method.module.path)}:{found.call.lineno}")
+            where = f"`{view.text(found.target)}`, called in `{found.method.qual}()` at {at},"
             message = found.window.message(found.verdict, bound=where)
             yield Report(found.value, message, self._hint(found.window), {**found.verdict.data(), "called_at": found.call.lineno})
 

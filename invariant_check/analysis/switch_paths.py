@@ -872,9 +872,26 @@ def call_of(spelled: str, call: ast.Call) -> ast.Call:
 
 def attribute_calls(owner: ClassInfo, attr: str):
     """(method, its ast node, the call) for each call `self.<attr>(...)` in the methods of a
-    class and its bases."""
+    class and its bases; where they make none, in those of the project's subclasses (a base
+    class's `load_model` binds it, a subclass's `propose` calls it)."""
     word = Words(attr)
-    for cls in owner.classes():
+    found = False
+    for method, node, call in _attribute_calls_in(owner.classes(), attr, word):
+        found = True
+        yield method, node, call
+    if not found:
+        for _cls, method in _subclass_methods(owner, attr, word):
+            node = method.node()
+            me = method.facts.params[0] if method.facts.params else None
+            if node is None or me is None:
+                continue
+            for call in calls_in(node):
+                if ref(call.func) == f"{me}.{attr}":
+                    yield method, node, call
+
+
+def _attribute_calls_in(classes, attr: str, word: Words):
+    for cls in classes:
         text = cls.module.source.text
         chunks = {c.name: c for c in cls.module.class_chunks(cls.qual)[1:]}
         for member in cls.own_members():
@@ -977,31 +994,42 @@ def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None, subclasse
         yield from _subclass_sites(fn, owner, view, word)
 
 
-def _subclass_sites(fn: FunctionInfo, owner: ClassInfo, view, word: Words):
-    """`self.<fn>(...)` in the methods of the project's subclasses of `owner` that inherit
-    `fn` (a base class's helper called only from a subclass's `propose`)."""
-    name = fn.short
-    project = view.project
+def _subclass_methods(owner: ClassInfo, name: str, word: Words) -> Iterator[tuple[ClassInfo, FunctionInfo]]:
+    """(class, method) for each method of a project subclass of `owner` (not `owner` nor its
+    bases) that calls `self.<name>(...)` or `super().<name>(...)`: a project-wide search."""
+    project = owner.project
     mine = {(str(c.module.path), c.qual) for c in owner.classes()}
-    refs = (f"self.{name}", f"super().{name}")
     for path in project.files_containing(name):
         module = project.module_at(path)
         for chunk in module.leaf_chunks(word):
             for facts in module.chunk_facts(chunk).functions.values():
-                if facts.cls is None or not any(c.name == name and c.ref in refs for c in facts.calls):
+                if facts.cls is None or not facts.params:
+                    continue
+                refs = (f"{facts.params[0]}.{name}", f"super().{name}")
+                if not any(c.name == name and c.ref in refs for c in facts.calls):
                     continue
                 cls = module.klass(facts.cls)
-                if cls is None or (str(module.path), cls.qual) in mine:
+                if cls is None or (str(module.path), cls.qual) in mine or owner.name not in {c.name for c in cls.classes()[1:]}:
                     continue
-                if owner.name not in {c.name for c in cls.classes()[1:]} or cls.method(name) != fn:
-                    continue  # not a subclass, or one that overrides the helper
                 method = module.function(facts.qual)
-                node = method.node() if method is not None else None
-                if node is None:
-                    continue
-                for call in calls_in(node):
-                    if last_name(call.func) == name and ref(call.func) in refs:
-                        yield method, node, call
+                if method is not None:
+                    yield cls, method
+
+
+def _subclass_sites(fn: FunctionInfo, owner: ClassInfo, view, word: Words):
+    """`self.<fn>(...)` in the methods of the project's subclasses of `owner` that inherit
+    `fn` (a base class's helper called only from a subclass's `propose`)."""
+    name = fn.short
+    refs = (f"self.{name}", f"super().{name}")
+    for cls, method in _subclass_methods(owner, name, word):
+        if cls.method(name) != fn:
+            continue  # a subclass that overrides the helper
+        node = method.node()
+        if node is None:
+            continue
+        for call in calls_in(node):
+            if last_name(call.func) == name and ref(call.func) in refs:
+                yield method, node, call
 
 
 _INDEX_NAMES = ("token_indices_to_sample", "last_token_indices")
