@@ -107,10 +107,11 @@ class AdvanceOncePerStep(Rule):
     copy.copy(common)`, `md = replace(common, ...)`, `md = group.builder.build(...)`): each
     group's own object advanced once is what the step asks; a helper that advances only an
     object it makes itself; a slice indexed by the iteration (`self.seq_lens[i] += 1` in `for
-    i, group in enumerate(groups)`); an advance under a condition that picks iterations: one
+    i, group in enumerate(groups)`, or by a counter the loop moves, `gid += 1`); an advance under a condition that picks iterations: one
     that reads only names (`if i == 0:`, `if not advanced:`), one that reads what the
     iteration holds (`if group.builder.supports_shared_advance:`), or a conjunction with one
-    of those (`if i == 0 and self.advance_positions:`); the rule does not count them; a new
+    of those (`if i == 0 and self.advance_positions:`), a `match` case on such a value
+    (`match group.backend_name: case "FLASHMLA":`); the rule does not count them; a new
     object built from the old one (`replace(md, seq_lens=md.seq_lens + 1)`).
     An advance through a helper, a kernel or a local is looked for only in a function that
     names attention metadata (`metadata-names`) or an `input-advancing-calls` function (what
@@ -441,6 +442,19 @@ def prepare(self, common_attn_metadata, positions):
         positions[gid] += 1
         self.draft_attn_groups[gid].builder.build(common_attn_metadata, positions)
         gid += 1
+"""
+        ),
+        # A `match` on what the iteration holds picks iterations, as an `if` on it does.
+        Valid(
+            """
+def prepare(self, common_attn_metadata, num_reqs):
+    for group in self.draft_attn_groups:
+        match group.backend_name:
+            case "FLASHMLA":
+                self.input_buffers.positions[:num_reqs] += 1
+            case _:
+                pass
+        group.builder.build(common_attn_metadata)
 """
         ),
     ]
@@ -836,6 +850,19 @@ def prepare(self, common_attn_metadata, positions, num_reqs):
 """,
             line=3,
             message_contains="`positions`",
+        ),
+        # A `match` on the proposer's own setting runs the same case for every group.
+        Invalid(
+            """
+def prepare(self, common_attn_metadata, num_reqs):
+    for group in self.draft_attn_groups:
+        match self.method:
+            case "mtp":
+                self.input_buffers.positions[:num_reqs] += 1
+        group.builder.build(common_attn_metadata)
+""",
+            line=5,
+            message_contains="`self.input_buffers.positions`",
         ),
     ]
 

@@ -308,8 +308,13 @@ def _events(loop: ast.AST) -> Iterator[tuple[ast.AST, bool]]:
                     yield from block(inner, guarded)
             for handler in getattr(st, "handlers", None) or []:
                 yield from block(handler.body, guarded)
-            for case in getattr(st, "cases", None) or []:
-                yield from block(case.body, guarded)
+            subject = getattr(st, "subject", None)
+            for k, case in enumerate(getattr(st, "cases", None) or []):
+                # `match group.backend_name:` picks iterations as an `if` on it does, but
+                # for a first case that takes every value (`case _:`)
+                takes_all = k == 0 and case.guard is None and type(case.pattern).__name__ == "MatchAs" and case.pattern.pattern is None
+                g = guarded or (subject is not None and picks(subject) and not takes_all) or (case.guard is not None and picks(case.guard))
+                yield from block(case.body, g)
 
     yield from block(loop.body, False)
 
