@@ -26,6 +26,35 @@ from ._hints import compaction_call_hint
 
 _PLACEHOLDER = "token_indices_to_sample"
 
+# fixtures shared by examples: a base class's switch helper, a subclass that compacts
+# after calling it, a base class binding the switch in `load_model`
+_ENTER_REUSE = """
+class DraftBase:
+    def _enter_reuse(self):
+        self.model.model.set_skip_topk(True)
+"""
+
+_MTP_COMPACTS = """
+from .example import DraftBase
+
+class MTPDrafter(DraftBase):
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._enter_reuse()
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+
+_BOUND_REUSE = """
+import functools
+
+class DrafterBase:
+    def load_model(self, model):
+        self.model = model
+        self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
+"""
+
 
 class SkipTopkWithoutCompaction(Rule):
     """
@@ -956,24 +985,8 @@ def propose(self, token_indices_to_sample):
         ),
         # A base class's helper switches; the subclass's `propose` that calls it compacts.
         Valid(
-            """
-class DraftBase:
-    def _enter_reuse(self):
-        self.model.model.set_skip_topk(True)
-""",
-            files={
-                "mtp.py": """
-from .example import DraftBase
-
-class MTPDrafter(DraftBase):
-    def propose(self, token_indices_to_sample):
-        hidden = self.model(**self.inputs)
-        self._enter_reuse()
-        self.model.model.compact_topk_indices(token_indices_to_sample)
-        for _ in range(self.num_steps - 1):
-            hidden = self.model(**self.inputs)
-"""
-            },
+            _ENTER_REUSE,
+            files={"mtp.py": _MTP_COMPACTS},
         ),
         # The compaction under `if self.share:`; the switch after an early return when that
         # is false: no path reaches it without the compaction.
@@ -1010,14 +1023,7 @@ class Drafter:
         ),
         # A base class binds the switch; the subclass's `propose` calls it and compacts.
         Valid(
-            """
-import functools
-
-class DrafterBase:
-    def load_model(self, model):
-        self.model = model
-        self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
-""",
+            _BOUND_REUSE,
             files={
                 "dsv32.py": """
 from .example import DrafterBase
@@ -1580,24 +1586,10 @@ def draft(self, batch_size):
         ),
         # The same helper, called by two subclasses: one of them never compacts.
         Invalid(
-            """
-class DraftBase:
-    def _enter_reuse(self):
-        self.model.model.set_skip_topk(True)
-""",
+            _ENTER_REUSE,
             line=3,
             files={
-                "mtp.py": """
-from .example import DraftBase
-
-class MTPDrafter(DraftBase):
-    def propose(self, token_indices_to_sample):
-        hidden = self.model(**self.inputs)
-        self._enter_reuse()
-        self.model.model.compact_topk_indices(token_indices_to_sample)
-        for _ in range(self.num_steps - 1):
-            hidden = self.model(**self.inputs)
-""",
+                "mtp.py": _MTP_COMPACTS,
                 "eagle.py": """
 from .example import DraftBase
 
@@ -1627,14 +1619,7 @@ def draft(self, token_indices_to_sample):
         ),
         # The same binding, and the subclass's `propose` never compacts.
         Invalid(
-            """
-import functools
-
-class DrafterBase:
-    def load_model(self, model):
-        self.model = model
-        self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)
-""",
+            _BOUND_REUSE,
             line=6,
             message_contains="called in `DSV32Drafter.propose()` at dsv32.py:6",
             files={

@@ -501,9 +501,9 @@ def call_writes(call: ast.Call, aliases: dict[str, str]) -> list[FieldWrite]:
                 if method in _INPLACE_SIGN and call.args:
                     base = _INPLACE_SIGN[method]
                     sign = None if _zero(call.args[0]) else (-base if _negative(call.args[0]) else base)
-                elif rows_added(call, method)[0]:
+                elif (rows := rows_added(call, method))[0]:
                     # `x.a.index_add_(0, idx, ones)`: the rows named grow by the source
-                    source = rows_added(call, method)[1]
+                    source = rows[1]
                     sign = None if source is None or _zero(source) else (-1 if _negative(source) else 1)
                 elif method in VALUE_AT:
                     # `x.a.copy_(x.a + 1)`, `x.a.index_copy_(0, idx, x.a[idx] + 1)`: as the value
@@ -1295,8 +1295,8 @@ _INPLACE_MOVES = (*_INPLACE_SIGN, *VALUE_AT, *ROWS_ADDED)
 class Moved(Need):
     """An attribute named in `fields` that arithmetic may move: followed (past a subscript
     and closing brackets) by `+`, by `-` and a negative amount, or by `.add_(`, `.sub_(`,
-    `.copy_(`, `.index_add_(` and the other in-place writes with a direction; or preceded (past a dotted receiver and opening brackets) by `+` or by
-    `add(`/`sub(`. Every advance `writes_at`/`call_writes` recognise (with the amount read
+    `.copy_(`, `.index_add_(` and the other in-place writes with a direction; or preceded
+    (past a dotted receiver and opening brackets) by `+` or by `add(`/`sub(`. Every advance `writes_at`/`call_writes` recognise (with the amount read
     from the source) is spelled so, on one of its occurrences of the field."""
 
     cost = 6

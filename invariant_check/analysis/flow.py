@@ -80,6 +80,7 @@ class Flow:
         self._breaks: list[list[int]] = []
         self._continues: list[list[int]] = []
         self._finally: list[list[int]] = []
+        self._stable_memo: dict[str, bool] = {}
         self.by_call: dict[int, int] = {}  # id(ast.Call) -> node index
         body = func.body if isinstance(func, (*FUNCS, ast.Module)) else [func]
         ends = self._block(body, {ENTRY})
@@ -470,10 +471,9 @@ class Flow:
         return out
 
     def _stable_atom(self, atom: Atom) -> bool:
-        memo = self.__dict__.setdefault("_stable_memo", {})
-        got = memo.get(atom[0])
+        got = self._stable_memo.get(atom[0])
         if got is None:
-            got = memo[atom[0]] = self.stable(atom)
+            got = self._stable_memo[atom[0]] = self.stable(atom)
         return got
 
     def iteration(self, loop: Loop, stop: Callable[[Node], str | None]) -> set[str]:

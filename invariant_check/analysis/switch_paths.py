@@ -990,8 +990,8 @@ def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None, subclasse
                 if last_name(call.func) == name and ref(call.func) in (f"self.{name}", f"super().{name}"):
                     found = True
                     yield method, node, call
-    if subclasses and not found and view is not None:
-        yield from _subclass_sites(fn, owner, view, word)
+    if subclasses and not found:
+        yield from _subclass_sites(fn, owner, word)
 
 
 def _subclass_methods(owner: ClassInfo, name: str, word: Words) -> Iterator[tuple[ClassInfo, FunctionInfo]]:
@@ -1016,7 +1016,7 @@ def _subclass_methods(owner: ClassInfo, name: str, word: Words) -> Iterator[tupl
                     yield cls, method
 
 
-def _subclass_sites(fn: FunctionInfo, owner: ClassInfo, view, word: Words):
+def _subclass_sites(fn: FunctionInfo, owner: ClassInfo, word: Words):
     """`self.<fn>(...)` in the methods of the project's subclasses of `owner` that inherit
     `fn` (a base class's helper called only from a subclass's `propose`)."""
     name = fn.short

@@ -177,7 +177,7 @@ def _own_writes(fn: ast.AST, names: set[str]) -> Iterator[int]:
             if isinstance(func, ast.Attribute) and func.attr.endswith("_") and not func.attr.startswith("_") and _base(func.value) in names:
                 if func.attr == "add_" and sub.args and _positive(sub.args[0]):
                     yield ADVANCES
-                elif rows_added(sub, func.attr)[0] and _positive_or_none(rows_added(sub, func.attr)[1]):
+                elif (rows := rows_added(sub, func.attr))[0] and _positive_or_none(rows[1]):
                     yield ADVANCES  # `p.index_add_(0, idx, ones)`
                 elif func.attr in VALUE_AT and _grows(value_argument(sub, *VALUE_AT[func.attr]), names):
                     yield ADVANCES  # `p.index_copy_(0, idx, p[idx] + 1)`, `p.copy_(p + k)`
