@@ -6,6 +6,7 @@ from typing import Any, Iterator
 from invariant_check.analysis.consumption import Use, other_entries
 from invariant_check.analysis.facts import ref
 from invariant_check.analysis.needs import (
+    MATCH_STATEMENT,
     TYPE_CALL,
     AfterLoop,
     All,
@@ -40,9 +41,11 @@ class LastEntryValidation(Rule):
 
     A *check* is where a value is validated or decides a code path: `isinstance(x, T)` or
     `type(x) is T` in an `assert`, an `if` or `while` test, or in a boolean that an `assert`/`if`
-    later reads (`ok = isinstance(x, T)`); `assert ...x...` and `if ...x...: raise`; and a
-    call of a project function that validates that parameter (it asserts or raises on the
-    parameter's type, itself or through the functions it calls, in any module).
+    later reads (`ok = isinstance(x, T)`), or a `match x:` with class patterns (`case
+    FlashAttentionMetadata():`, a validation when a case raises); `assert ...x...` and
+    `if ...x...: raise`; and a call of a project function that validates that parameter (it
+    asserts or raises on the parameter's type, itself or through the functions it calls, in
+    any module).
 
     Only metadata is considered: a checked name that looks like attention metadata (see
     `metadata-names`), or a check against a type that looks like one (see `metadata-types`).
@@ -476,6 +479,27 @@ def run(self, per_layer_attn_metadata, input_ids, positions):
     return self.model(input_ids=input_ids, positions=positions, attn_metadata=first_md)
 """
         ),
+        # A `match` on each group's own metadata, inside the loop; and one on a mode, after it.
+        Valid(
+            """
+def prepare(self, cad):
+    per_layer = {}
+    for group in self.draft_attn_groups:
+        attn_metadata = group.get_metadata_builder().build_for_drafting(cad, 0)
+        match attn_metadata:
+            case FlashAttentionMetadata() | TritonAttentionMetadata():
+                pass
+            case _:
+                raise ValueError("unsupported draft attention metadata")
+        for name in group.layer_names:
+            per_layer[name] = attn_metadata
+    match self.method:
+        case "eagle" | "mtp":
+            return self.run_model(per_layer)
+        case _:
+            raise ValueError(self.method)
+"""
+        ),
     ]
     INVALID = [
         Invalid(
@@ -889,12 +913,34 @@ class Proposer:
             line=13,
             message_contains="inside `self._build(...)`",
         ),
+        # A `match` with class patterns is a type check: after the group loop it sees the
+        # last group's metadata only.
+        Invalid(
+            """
+def propose_steps(self, cad):
+    per_layer = {}
+    for group in self.draft_attn_groups:
+        attn_metadata = group.get_metadata_builder().build_for_drafting(cad, 0)
+        for name in group.layer_names:
+            per_layer[name] = attn_metadata
+    match attn_metadata:
+        case TreeAttentionMetadata():
+            return self._propose_tree(per_layer)
+        case FlashAttentionMetadata() | TritonAttentionMetadata():
+            pass
+        case _:
+            raise ValueError("unsupported draft attention metadata")
+    return self.run_model(per_layer)
+""",
+            line=7,
+            message_contains="`match attn_metadata` validates only the last `attn_metadata`",
+        ),
     ]
 
     @classmethod
     def needs(cls, options: dict[str, Any]):
         md, types = _matchers(options)
-        type_check = All(types, TYPE_CALL)
+        type_check = All(types, AnyOf(TYPE_CALL, MATCH_STATEMENT))
         # `_relevant` takes a finding whose checked name, the local name it went through
         # (`via`), or collection looks like metadata, or whose check names a metadata type:
         # each origin below appears once per way it can be relevant
@@ -959,12 +1005,14 @@ class Proposer:
     def _report(self, view: FunctionView, found: ValueFinding, use: Use) -> Report:
         check = found.check
         text = view.text(check.node)
-        dispatch = check.kind == "type" and not check.validates
+        if check.kind == "match":
+            text = f"match {text}"
+        dispatch = check.kind in ("type", "match") and not check.validates
         data: dict[str, Any] = {"kind": "dispatch" if dispatch else "validation"}
         if isinstance(found.origin, Produced):
             loop = found.origin.loop
             header = _header(view, loop)
-            verb = "decides on" if dispatch else ("validates" if check.kind in ("type", "helper") else "checks")
+            verb = "decides on" if dispatch else ("validates" if check.kind in ("type", "match", "helper") else "checks")
             subject = found.via if found.via and found.via != found.name else found.name
             header = f"inside `{header}`" if isinstance(loop, ast.Call) else f"`{header}`"
             where = f"the loop {header}"
@@ -1021,7 +1069,17 @@ def _header(view: FunctionView, loop: ast.AST) -> str:
 
 def _hint(dispatch: bool, collection: str | None, header: str | None, check, view) -> str:
     values = f"{collection}.values()" if collection else "the per-group values"
-    types = view.text(check.types) if check.types is not None else "T"
+    if check.kind == "match":  # the classes of the case patterns
+        names = list(dict.fromkeys(view.text(c) for c in check.types.elts))
+        types = names[0] if len(names) == 1 else f"({', '.join(names)})"
+    else:
+        types = view.text(check.types) if check.types is not None else "T"
+    if check.kind == "match":
+        where = f" inside the loop {header}" if header else f" of `{values}`"
+        return (
+            f"This `match` sees one group's metadata: match each entry{where}, or check every "
+            f"entry first: `if not all(isinstance(md, {types}) for md in {values}): raise ...`."
+        )
     if dispatch:
         where = f" (or decide inside the loop {header})" if header else ""
         return (

@@ -801,3 +801,4 @@ class Call(Need):
 
 # a call of isinstance() or type() (not `x.type`, not `dtype`)
 TYPE_CALL = Call("isinstance", "type")
+MATCH_STATEMENT = Statement("match")  # `match md:` with class patterns: a type check too

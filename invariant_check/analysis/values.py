@@ -63,7 +63,7 @@ class OneEntry:
 class Check:
     node: ast.AST  # what is reported: the isinstance/type call, the assert test, the call
     subject: ast.AST  # the checked expression
-    kind: str  # 'type', 'assert', 'raise', 'helper'
+    kind: str  # 'type', 'match' (class patterns of a `match`), 'assert', 'raise', 'helper'
     types: ast.AST | None  # the type(s) checked against, for type checks
     validates: bool  # raises/asserts on failure (a validation), or picks a path (a dispatch)
     statement: ast.AST  # the statement holding the check
@@ -316,6 +316,7 @@ class LastValues:
             self._block(st.body, state, singles, acc, flags)
             return
         if type(st).__name__ == "Match":
+            self._match_check(st, state)
             before = dict(state)
             for case in st.cases:
                 case_state = dict(before)
@@ -429,6 +430,20 @@ class LastValues:
                     self.found.append(Finding(Check(test, sub, kind, None, True, stmt), shape[1], OneEntry(*shape), via))
                     return
         self._check_calls(test, stmt, state, skip_types=True)
+
+    def _match_check(self, st, state) -> None:
+        """`match md:` with class patterns (`case TreeAttentionMetadata():`): a type check of
+        the subject, as `isinstance` is; a validation when a case raises (`case _: raise`),
+        a dispatch otherwise. Reported at the subject; `types` holds the patterns' classes."""
+        classes = [p.cls for case in st.cases for p in ast.walk(case.pattern) if type(p).__name__ == "MatchClass"]
+        if not classes or not self._may_matter(st.subject, state):
+            return
+        origin, name, via = self._origin(st.subject, state)
+        if origin is None:
+            return
+        validates = any(_raises(case.body) for case in st.cases)
+        types = ast.Tuple(elts=classes, ctx=ast.Load())
+        self.found.append(Finding(Check(st.subject, st.subject, "match", types, validates, st), name, origin, via))
 
     def _type_check(self, call: ast.Call, test, stmt, state, *, validates: bool) -> bool:
         fname = ref(call.func)

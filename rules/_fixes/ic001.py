@@ -14,7 +14,8 @@ the `isinstance` check inside) and the tree-attention dispatch over any of them
   right after the statement that binds the value.
 
 No fix for a dispatch without a collection (which group decides is a design question), for a
-check whose text cannot be rewritten in place, or when the names the check reads are bound
+`match` on the type (its cases are written for one value), for a check whose text cannot be
+rewritten in place, or when the names the check reads are bound
 between the loop and the check (they would not exist inside the loop).
 """
 
@@ -31,6 +32,8 @@ from invariant_check.api.types import UNSAFE, Edit, Fix
 
 def build(rule, report, view) -> Fix | None:
     found = _finding_at(view, report.node)
+    if found is not None and found.check.kind == "match":
+        return None  # a `match` on the type: its cases say what each type does, per group
     if found is None or any(isinstance(sub, ast.NamedExpr) for sub in ast.walk(found.check.node)):
         return None  # (a walrus binds the picked entry: its text cannot be rewritten in place)
     if isinstance(found.origin, Produced) and not isinstance(found.origin.loop, (ast.For, ast.AsyncFor, ast.While)):
