@@ -4,12 +4,13 @@ import ast
 from typing import Any, Iterator
 
 from invariant_check.analysis.consumption import Use, other_entries
-from invariant_check.analysis.facts import ref
+from invariant_check.analysis.facts import ref, walk_local
 from invariant_check.analysis.needs import (
     MATCH_STATEMENT,
     TYPE_CALL,
     AfterLoop,
     All,
+    Around,
     LoopLeftover,
     Names,
     bound,
@@ -48,7 +49,10 @@ class LastEntryValidation(Rule):
     any module).
 
     Only metadata is considered: a checked name that looks like attention metadata (see
-    `metadata-names`), or a check against a type that looks like one (see `metadata-types`).
+    `metadata-names`), a check against a type that looks like one (see `metadata-types`), or
+    a type check of a value the loop got from a metadata builder, whatever its name (`meta =
+    group.get_metadata_builder().build_for_drafting(...)`: a `build` or `build_*` method of
+    something named like a builder).
 
     ## Why is this bad?
     Each attention group (or layer) gets its own metadata, possibly of a different type. A
@@ -500,6 +504,19 @@ def prepare(self, cad):
             raise ValueError(self.method)
 """
         ),
+        # A spec read per group, checked after the loop: not metadata, and built by no
+        # metadata builder.
+        Valid(
+            """
+def check_groups(self):
+    for group in self.draft_attn_groups:
+        spec = group.kv_cache_spec
+        layers = group.layer_names
+    if not isinstance(spec, FullAttentionSpec):
+        raise ValueError("draft layers need full attention")
+    return layers
+"""
+        ),
     ]
     INVALID = [
         Invalid(
@@ -935,6 +952,22 @@ def propose_steps(self, cad):
             line=7,
             message_contains="`match attn_metadata` validates only the last `attn_metadata`",
         ),
+        # Any name is metadata when a metadata builder built it.
+        Invalid(
+            """
+def build_step0(self, cad):
+    per_layer = {}
+    for group in self.draft_attn_groups:
+        meta = group.get_metadata_builder().build_for_drafting(cad, draft_index=0)
+        for name in group.layer_names:
+            per_layer[name] = meta
+    if not isinstance(meta, _MULTI_STEP_BACKENDS):
+        raise ValueError(f"{type(meta).__name__} cannot run more than one draft step")
+    return per_layer
+""",
+            line=7,
+            message_contains="only the last `meta`",
+        ),
     ]
 
     @classmethod
@@ -962,6 +995,8 @@ def propose_steps(self, cad):
             All(PickedInto(md), one_entry),
             # ... or checked against a metadata type
             All(type_check, one_entry),
+            # any name a loop binds to what a metadata builder built, type-checked after it
+            AfterLoop(All(BUILDER, BUILD_CALL, AnyOf(TYPE_CALL, MATCH_STATEMENT))),
         )
 
     def __init__(self, options: dict[str, Any]) -> None:
@@ -991,6 +1026,8 @@ def propose_steps(self, cad):
         if isinstance(found.origin, OneEntry):
             names.append(found.origin.collection)
         if any(self.md.matches(_last(n)) for n in names if n):
+            return True
+        if found.check.kind in ("type", "match") and isinstance(found.origin, Produced) and built_by_a_builder(found.origin.loop, found.name):
             return True
         return found.check.types is not None and self._is_md_type(found.check.types)
 
@@ -1042,6 +1079,37 @@ def propose_steps(self, cad):
         from ._fixes import ic001
 
         return ic001.build(self, report, view)
+
+
+# the receiver of a metadata build (`group.get_metadata_builder().build_for_drafting(...)`,
+# `self.attn_metadata_builder.build(...)`, `builder.build(...)`)
+BUILDER = Names(["*builder*"], case_sensitive=False)
+BUILD = Names(["build", "build_*"], case_sensitive=True)  # what it is asked to build
+BUILD_CALL = Around(BUILD, before=r"\.\s*$", before_words=(".",), describe="a `.build*(` call")
+
+
+def built_by_a_builder(loop: ast.AST, name: str) -> bool:
+    """Whether a `for`/`while` loop binds `name` to what a metadata builder builds: a
+    `build(...)`/`build_*(...)` method of a receiver named like a builder. Metadata whatever its name
+    (`meta = group.get_metadata_builder().build_for_drafting(...)`)."""
+    if not isinstance(loop, (ast.For, ast.AsyncFor, ast.While)):
+        return False
+    for sub in walk_local(loop):
+        if isinstance(sub, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+            targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and _builds(sub.value):
+                return True
+    return False
+
+
+def _builds(value: ast.AST | None) -> bool:
+    if not (isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and BUILD.matches(value.func.attr)):
+        return False
+    for node in ast.walk(value.func.value):
+        spelled = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else ""
+        if BUILDER.matches(spelled):
+            return True
+    return False
 
 
 def _matchers(options: dict[str, Any]) -> tuple[Names, Names]:

@@ -56,6 +56,25 @@ class DrafterBase:
 """
 
 
+_ROW_COMPACTOR = """
+class RowCompactor:
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, rows):
+        self.model.compact_topk_indices(rows)
+
+
+class RowCounter:
+    def __init__(self, model):
+        self.model = model
+        self.seen = 0
+
+    def __call__(self, rows):
+        self.seen += rows.numel()
+"""
+
+
 class SkipTopkWithoutCompaction(Rule):
     """
     ## What it does
@@ -103,7 +122,8 @@ class SkipTopkWithoutCompaction(Rule):
     through a local bound to a choice of two: `decode = self._fused if fused else self._plain`).
     A *compaction* is the `compaction-method` called on the same model (or an owner of it), or
     a call of a project function that compacts (any module, through imports, `self`, the class
-    of `self.x`, `functools.partial` bindings, up to `helper-depth` calls deep). A project
+    of `self.x`, `functools.partial` bindings, the `__call__` of a project class's instance
+    (`self.compactor(rows)`), up to `helper-depth` calls deep). A project
     function compacts when it calls `compaction-method` or gathers the rows of a buffer named
     like `topk-buffers` in place, under any name of its own: `buf[:n].copy_(buf[idx])`,
     `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)`,
@@ -116,7 +136,9 @@ class SkipTopkWithoutCompaction(Rule):
     path (each layer's buffer, skipping those already gathered) is one compaction. The
     compaction and the switch may also be called through what binds them: a local or an
     instance attribute bound to `functools.partial(<model>.compact_topk_indices, rows)` or to
-    the bound method, or a class attribute `staticmethod(helper)`; a switch bound to
+    the bound method, or to a lambda that hands its parameters on in order (`lambda rows:
+    <model>.compact_topk_indices(rows)`), or a class attribute `staticmethod(helper)`; a
+    switch bound to
     `self._reuse_on = functools.partial(<model>.set_skip_topk, True)` is judged where
     `self._reuse_on()` is called and reported where it is bound.
 
@@ -1038,6 +1060,31 @@ class DSV32Drafter(DrafterBase):
 """
             },
         ),
+        # The compaction in `__call__` of a project helper object, and in a lambda on `self`
+        # that hands its rows on.
+        Valid(
+            """
+from .compactor import RowCompactor
+
+
+class MTPProposer:
+    def load_model(self, model):
+        self.model = model
+        self.compactor = RowCompactor(model.model)
+        self._compact = lambda rows: self.model.model.compact_topk_indices(rows)
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        if self.fused:
+            self.compactor(token_indices_to_sample)
+        else:
+            self._compact(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            files={"compactor.py": _ROW_COMPACTOR},
+        ),
     ]
     INVALID = [
         # The helper gathers another buffer (the hidden states), not the top-k indices.
@@ -1634,6 +1681,27 @@ class DSV32Drafter(DrafterBase):
             hidden = self.model(**self.inputs)
 """
             },
+        ),
+        # A helper object's `__call__` is followed: this one only counts the rows.
+        Invalid(
+            """
+from .compactor import RowCounter
+
+
+class MTPProposer:
+    def load_model(self, model):
+        self.model = model
+        self.counter = RowCounter(model.model)
+
+    def draft(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        self.counter(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+""",
+            line=11,
+            files={"compactor.py": _ROW_COMPACTOR},
         ),
     ]
 

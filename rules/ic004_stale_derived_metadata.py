@@ -292,9 +292,9 @@ class StaleDerivedMetadata(Rule):
     with no backing field, cannot be stale and does not count. The class of an object comes
     from an annotation (`X`, `X | None`, `Optional[X]`, `"X"`; an entry of a parameter
     annotated `dict[str, X]` or `list[X]`), from `self.x: X`, `self.x = X(...)` or a class-body
-    `x: X`, from `x = X(...)` or `x = make(...)` with `def make(...) -> X`, from a copy of an
-    object of known class (below), and, for an
-    unannotated parameter of an override, from the annotation the overridden method gives it
+    `x: X`, from `x = X(...)`, `x = make(...)` with `def make(...) -> X`, or `x = X.make(...)`
+    with a classmethod that returns `cls(...)`, from a copy of an object of known class
+    (below), and, for an unannotated parameter of an override, from the annotation the overridden method gives it
     (as pyright infers it) or from what the callers pass, the bases' own `self.method(...)`
     calls included.
 
@@ -1037,6 +1037,20 @@ def prepare(self, md: ChunkMeta, host_lens):
 def load_lens(lens, src):
     lens.copy_(src, non_blocking=True)
 """},
+        ),
+        # A fresh object each pass, advanced after its last reader: nothing reads it stale.
+        Valid(
+            """
+from .chunks import ChunkMeta
+
+
+def propose(self, cache_lens, n: int):
+    for _ in range(self.num_steps):
+        md = ChunkMeta.make(cache_lens)
+        self.run_model(md)
+        md.cache_lens += 1
+""",
+            files={"chunks.py": _CHUNK_META},
         ),
     ]
 
@@ -1948,6 +1962,45 @@ class RaggedMeta:
         self.kv_indptr = indptr
         return self
 """},
+        ),
+        # Built here, from the lengths before the advance, and read after it.
+        Invalid(
+            """
+from .chunks import ChunkMeta
+
+
+def verify(self, cache_lens, rows, accepted):
+    md = ChunkMeta.make(cache_lens)
+    md.cache_lens.scatter_add_(0, rows, accepted)
+    return self.run_model(md)
+""",
+            line=6,
+            message_contains="`max_cache_len` of `md`",
+            files={"chunks.py": _CHUNK_META},
+        ),
+        # A builtin reduction (`max(ctx_lens)`) derives, as `int(ctx_lens.max())` does.
+        Invalid(
+            """
+from dataclasses import dataclass
+
+
+@dataclass
+class HostDecodeMeta:
+    ctx_lens: list
+    max_ctx_len: int
+
+    @classmethod
+    def of(cls, ctx_lens: list):
+        return cls(ctx_lens=ctx_lens, max_ctx_len=max(ctx_lens))
+
+
+def advance(md: HostDecodeMeta, num_reqs: int):
+    for i in range(num_reqs):
+        md.ctx_lens[i] += 1
+    return md
+""",
+            line=16,
+            message_contains="`max_ctx_len` of `md`",
         ),
     ]
 

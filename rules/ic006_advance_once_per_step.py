@@ -864,6 +864,21 @@ def prepare(self, common_attn_metadata, num_reqs):
             line=5,
             message_contains="`self.input_buffers.positions`",
         ),
+        # A loop's `else:` runs after it: there, the name holds the last group's value.
+        Invalid(
+            """
+def build_per_layer(self, common_attn_metadata):
+    per_layer = {}
+    for group in self.draft_attn_groups:
+        group_md = group.builder.build(common_attn_metadata)
+    else:
+        for layer_name in self.all_layer_names:
+            per_layer[layer_name] = group_md
+    return per_layer
+""",
+            line=7,
+            message_contains="last group's metadata only",
+        ),
     ]
 
     @classmethod

@@ -66,7 +66,7 @@ NO_FIX = {
     # fields); 21, 22, 27: a field rebound to another buffer, no amount spelled at the write;
     # 36, 38, 40, 41, 42, 43: a new layout, a length other than `seq_lens` (the fix follows
     # an advance of `seq_lens` only)
-    "IC004": {8, 10, 11, 19, 20, 21, 22, 23, 24, 26, 27, 28, 29, 30, 31, 32, 34, 35, 36, 38, 40, 41, 42, 43},
+    "IC004": {8, 10, 11, 19, 20, 21, 22, 23, 24, 26, 27, 28, 29, 30, 31, 32, 34, 35, 36, 38, 40, 41, 42, 43, 44, 45},
     # 14: the step already builds (one build of several); 18, 19: what is forwarded is a
     # container filled from another name's build
     "IC005": {0, 1, 4, 5, 6, 8, 9, 10, 11, 12, 13, 14, 18, 19},

@@ -587,6 +587,9 @@ def _single_bindings(fn: ast.AST) -> dict[str, ast.AST]:
 _VIEWS = frozenset({"to", "contiguous", "view", "reshape", "clone", "int", "long", "flatten", "squeeze", "unsqueeze", "detach", "cpu", "cuda", "pin_memory"})
 # what reads a tensor's shape, place or type, not its values
 _SHAPE = frozenset({"len", "shape", "size", "numel", "dim", "ndim", "device", "dtype", "stride", "is_cuda", "data_ptr"})
+# calls that compute one value from all of a field's values (`max(ctx_lens)`,
+# `torch.sum(kv_lens)`): a derived value, not the value handed over
+_REDUCE = frozenset({"max", "min", "sum", "prod", "mean", "amax", "amin", "cumsum", "cumprod", "count_nonzero"})
 # calls that allocate from a size: their arguments are shapes
 _ALLOC = frozenset({"zeros", "empty", "ones", "full", "arange", "zeros_like", "empty_like", "ones_like", "full_like", "_make_buffer", "make_buffer"})
 
@@ -646,7 +649,7 @@ def _root(expr: ast.AST) -> str | None:
             expr = expr.value
         elif isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _VIEWS:
             expr = expr.func.value
-        elif isinstance(expr, ast.Call) and len(expr.args) == 1 and isinstance(expr.args[0], (ast.Name, ast.Attribute, ast.Subscript)) and last_name(expr.func) not in _SHAPE | _ALLOC:
+        elif isinstance(expr, ast.Call) and len(expr.args) == 1 and isinstance(expr.args[0], (ast.Name, ast.Attribute, ast.Subscript)) and last_name(expr.func) not in _SHAPE | _ALLOC | _REDUCE:
             expr = expr.args[0]
         else:
             break

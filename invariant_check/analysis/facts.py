@@ -630,7 +630,17 @@ def gathered_buffer(node: ast.AST) -> str | None:
 
 def _self_attr(value: ast.AST | None) -> list | None:
     """How `self.x = value` binds x: a new instance, a function, a partial of one, a copy of
-    another object (`copy.copy(md)`, `md.replace(...)`: of its class)."""
+    another object (`copy.copy(md)`, `md.replace(...)`: of its class); a lambda that only
+    hands its parameters on, in order, is the function it calls (`lambda rows:
+    m.compact(rows)`)."""
+    if isinstance(value, ast.Lambda):
+        body, params = value.body, [a.arg for a in value.args.posonlyargs + value.args.args]
+        forwards = (
+            isinstance(body, ast.Call) and not body.keywords and not value.args.vararg and not value.args.kwarg
+            and [a.id if isinstance(a, ast.Name) else None for a in body.args] == params
+        )
+        target = ref(body.func) if forwards else None
+        return ["ref", target] if target else None
     if isinstance(value, ast.Call):
         fn = ref(value.func)
         if fn is None:

@@ -717,7 +717,23 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
             sym = view.project.resolve(made_by.module, returned, scope=None)
             if sym.kind == "class":
                 return view.project.class_of(sym)
+        elif node is not None and _returns_own_class(node):
+            # a classmethod that returns `cls(...)` (`Meta.make(lens)`): its class
+            owner = made_by.module.klass(made_by.facts.cls) if made_by.facts.cls else None
+            if owner is not None:
+                return owner
     return None
+
+
+def _returns_own_class(fn: ast.AST) -> bool:
+    """A `@classmethod` whose every `return` builds `cls(...)` (its first parameter)."""
+    if not any(last_name(d) == "classmethod" for d in getattr(fn, "decorator_list", ())) or not fn.args.args:
+        return False
+    me = fn.args.args[0].arg
+    returns = [sub for sub in walk_local(fn) if isinstance(sub, ast.Return)]
+    return bool(returns) and all(
+        isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Name) and r.value.func.id == me for r in returns
+    )
 
 
 def _entry_class(view, expr: ast.AST) -> ClassInfo | None:
@@ -1122,16 +1138,51 @@ def covered(
         # helper) before the update: that call reads the stale field
         got = stop(node)
         if got is None and node.index != idx and receives(node, obj, aliases):
-            return "end"
+            return "read"
         return got
 
     known = flow.known_at(idx)
     assume = presence(obj, names, aliases)
-    for forward in (True,) if forward_only else (True, False):
-        back = stop_backward if filled_by_readers else stop
-        if "end" not in flow.search(idx, forward, stop_forward if forward else back, known, assume):
-            return True
-    return False
+    after = flow.search(idx, True, stop_forward, known, assume)
+    if "end" not in after and "read" not in after:
+        return True
+    if forward_only:
+        return False
+    read_after = "read" in after
+    back = stop_backward if filled_by_readers else stop
+
+    def stop_back(node):
+        got = back(node)
+        if got == "fix" and read_after and _built_with(flow, node, obj, names, resolve):
+            # an object built before the advance took the field from the values before it,
+            # and a call reads it after: the advance made it stale (dead after the advance, a
+            # fresh object each pass is fine; one built without the field has nothing stale)
+            return "end"
+        return got
+
+    return "end" not in flow.search(idx, False, stop_back, known, assume)
+
+
+def _built_with(flow: FieldFlow, node, obj: str, names: frozenset[str], resolve: Resolver) -> bool:
+    """Whether an event binds the name `obj` itself to a construction that gives one of
+    `names` a value: a keyword that is not `None`, in the call or in the constructor call a
+    factory it calls returns (`make(kv_lens)` returning `Meta(..., max_kv_len=...)`)."""
+    if node.kind not in ("bind", "store") or node.name != obj:
+        return False
+    if node.kind == "store" and isinstance(flow.targets.get(node.index), ast.Subscript):
+        return False
+    value = bound_value(node.node, obj) if node.kind == "bind" else getattr(node.node, "value", None)
+    if not isinstance(value, ast.Call):
+        return False
+    calls = [value]
+    fn = resolve(value)
+    fnode = fn.node() if fn is not None else None
+    if fnode is not None:
+        calls += [r.value for r in walk_local(fnode) if isinstance(r, ast.Return) and isinstance(r.value, ast.Call)]
+    return any(
+        k.arg in names and not (isinstance(k.value, ast.Constant) and k.value.value is None)
+        for call in calls for k in call.keywords
+    )
 
 
 _INSPECTORS = frozenset({"hasattr", "isinstance", "type", "id", "callable"})

@@ -637,7 +637,10 @@ def _per_group_values(loop: ast.AST, metadata: Names) -> dict[str, ast.AST]:
 
 def _following(func: ast.AST, stmt: ast.AST, parents: dict[int, ast.AST]) -> Iterator[ast.stmt]:
     """The statements that run after `stmt`, in order: the rest of its block, then the rest of
-    each enclosing block, up to the function's end (one pass: not the next turn of a loop)."""
+    each enclosing block, up to the function's end (one pass: not the next turn of a loop).
+    A loop's `else:` runs first: after the loop, when it does not break."""
+    if isinstance(stmt, _LOOPS):
+        yield from stmt.orelse
     child = stmt
     up = parents.get(id(stmt))
     while up is not None:

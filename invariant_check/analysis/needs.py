@@ -801,4 +801,6 @@ class Call(Need):
 
 # a call of isinstance() or type() (not `x.type`, not `dtype`)
 TYPE_CALL = Call("isinstance", "type")
-MATCH_STATEMENT = Statement("match")  # `match md:` with class patterns: a type check too
+# `match md:` (a type check with class patterns): `match` first on its line, then a subject
+# (not `match = ...`, `match.group(1)`, `match,`)
+MATCH_STATEMENT = Pattern(r"(?m)^[ \t]*match(?:[ \t]+(?![ \t]|[=,.)\]:])|(?=[(\[{]))", "match", "a `match` statement")

@@ -195,11 +195,28 @@ class Window:
                 t = self.summaries.function_for(self.summaries.resolve(fn, alt, self_cls))
                 if t is not None and rule.forwards(self.summaries, t, self_cls if alt.startswith("self.") else t.owner()):
                     return "fwd"
+        if target is None and fn is not None and callee is not None:
+            # `self.compactor(rows)`: an instance of a project class whose `__call__` it defines
+            # (a model's call is its forward, judged above by its owner or name)
+            inst = self._called_instance(fn, callee, self_cls)
+            if inst is not None:
+                first, last = self.effect(inst[1], inst[0], call, self._known_for(flow))
+                return first if forward else last
         if target is None:
             return "fwd" if name in rule.forward_names else None
         sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
         first, last = self.effect(target, sub_self, call, self._known_for(flow))
         return first if forward else last
+
+    def _called_instance(self, fn: FunctionInfo, callee: str, self_cls: ClassInfo | None) -> tuple[ClassInfo, FunctionInfo] | None:
+        """(its class, its `__call__`) when `callee` names an instance of a project class that
+        defines `__call__` itself (not through a base the project does not have)."""
+        sym = self.summaries.resolve(fn, callee, self_cls)
+        if sym.kind != "instance":
+            return None
+        cls = self.view.project.class_of(sym)
+        method = cls.method("__call__") if cls is not None else None
+        return (cls, method) if method is not None else None
 
     def _is_context_manager(self, fn: FunctionInfo) -> bool:
         node = fn.node()
