@@ -28,6 +28,20 @@ _PLACEHOLDER = "token_indices_to_sample"
 
 # fixtures shared by examples: a base class's switch helper, a subclass that compacts
 # after calling it, a base class binding the switch in `load_model`
+# A base class that compacts when its hook says reuse is on.
+_ANSWERING_BASE = """
+class DrafterBase:
+    def begin_reuse(self, rows):
+        return False
+
+    def propose(self, rows):
+        hidden = self.model(**self.inputs)
+        if self.begin_reuse(rows):
+            self.model.model.compact_topk_indices(rows)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+
 _ENTER_REUSE = """
 class DraftBase:
     def _enter_reuse(self):
@@ -129,8 +143,10 @@ class SkipTopkWithoutCompaction(Rule):
     `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)`,
     `buf.narrow(0, 0, n).copy_(buf.index_select(0, idx))`, `torch.gather`/`index_copy_`
     forms, through a local alias (`buf = layer.indexer.topk_indices_buffer`, `getattr`, a
-    view of it) or an entry of a container of buffers read back (`{b.data_ptr(): b ...}` then
-    `for buf in d.values()`). A gather into a copy (`rows = buf.clone()`, then
+    view of it), an entry of a container of buffers read back (`{b.data_ptr(): b ...}` then
+    `for buf in d.values()`), or what a project function returns or yields (`for buf in
+    _shared_buffers(model):` with `yield layer.indexer.topk_indices_buffer`, a list it fills
+    and returns, `buf = self._first_buffer()`). A gather into a copy (`rows = buf.clone()`, then
     `rows[:n] = rows[idx]`) compacts nothing shared. Such a gather written out in the function
     itself compacts where it stands; a `for` loop that runs no forward and gathers on some
     path (each layer's buffer, skipping those already gathered) is one compaction. The
@@ -202,7 +218,11 @@ class SkipTopkWithoutCompaction(Rule):
     never call it, the methods of the project's subclasses that inherit it (a base class's
     helper called from a subclass's `propose()`: every such caller must cover it); the call
     sites of a module-level function across the project (through imports); and the function
-    a nested one is defined in. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
+    a nested one is defined in. A function that returns a constant on every path after the
+    switch (`set_skip_topk(True)`, then `return True`; falling off its end returns `None`)
+    decides the caller's branch on its answer: `if self.begin_reuse(rows):
+    self.compact(rows)` in the base class's `propose()` covers a hook that says `True`, and
+    not one that returns nothing. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
     runs: a switch before the `yield` is followed into that block (a compaction placed
     after the block's first forward comes too late). A switch on a parameter of the function
     (`def enable_reuse(draft_model): draft_model.set_skip_topk(True)`) is, in each caller, a
@@ -299,6 +319,76 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # The helper gathers the buffers another helper yields (a generator over the layers).
+        Valid(
+            """
+from .rows import squeeze_shared_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    squeeze_shared_rows(self.model, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            files={
+                "rows.py": """
+def _shared_buffers(model):
+    for layer in model.model.layers:
+        attn = getattr(layer, "self_attn", None)
+        if attn is not None:
+            yield attn.indexer.topk_indices_buffer
+
+
+def squeeze_shared_rows(model, rows):
+    n = rows.numel()
+    for buf in _shared_buffers(model):
+        buf[:n] = buf[rows]
+"""
+            },
+        ),
+        # The same gather written out after the switch, over a list a method of the class
+        # returns, and over the one buffer another method returns.
+        Valid(
+            """
+class Drafter:
+    def _topk_buffers(self):
+        bufs = []
+        for layer in self.model.model.layers:
+            bufs.append(layer.indexer.topk_indices_buffer)
+        return bufs
+
+    def _first_buffer(self):
+        return self.model.model.layers[0].indexer.topk_indices_buffer
+
+    def propose(self, rows):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        if self.single_buffer:
+            buf = self._first_buffer()
+            buf[: rows.numel()] = buf[rows]
+        else:
+            for buf in self._topk_buffers():
+                buf[: rows.numel()] = buf[rows]
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+        ),
+        # A subclass's hook switches reuse on and says so; the base class compacts on the
+        # branch it takes on that answer.
+        Valid(
+            """
+from .base import DrafterBase
+
+class MLADrafter(DrafterBase):
+    def begin_reuse(self, rows):
+        if not self.shares_indexer:
+            return False
+        self.model.model.set_skip_topk(True)
+        return True
+""",
+            files={"base.py": _ANSWERING_BASE},
+        ),
         # A compaction written out in a helper of another module, under a name of its own.
         Valid(
             """
@@ -1702,6 +1792,47 @@ class MTPProposer:
 """,
             line=11,
             files={"compactor.py": _ROW_COMPACTOR},
+        ),
+        # The hook switches reuse on but does not say so (it returns None): the base class's
+        # branch on its answer skips the compaction.
+        Invalid(
+            """
+from .base import DrafterBase
+
+class MLADrafter(DrafterBase):
+    def begin_reuse(self, rows):
+        if self.shares_indexer:
+            self.model.model.set_skip_topk(True)
+""",
+            line=6,
+            files={"base.py": _ANSWERING_BASE},
+        ),
+        # The helper's generator yields the hidden-state buffers, not the top-k indices.
+        Invalid(
+            """
+from .rows import squeeze_shared_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    squeeze_shared_rows(self.model, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=5,
+            files={
+                "rows.py": """
+def _shared_buffers(model):
+    for layer in model.model.layers:
+        yield layer.self_attn.hidden_states_buffer
+
+
+def squeeze_shared_rows(model, rows):
+    n = rows.numel()
+    for buf in _shared_buffers(model):
+        buf[:n] = buf[rows]
+"""
+            },
         ),
     ]
 

@@ -35,6 +35,10 @@ from .facts import FUNCS, last_name, ref, target_names, walk_local
 
 NEW = "<new>"  # a new object (a copy): no shared buffer
 UNKNOWN = "<unknown>"  # nothing tells what the name holds
+# what a call of another function yields or returns, as entries: `<entries of f>` for `for
+# buf in f(model)` (the project answers what `f` yields: `yielded_by`)
+ENTRIES_OF = "<entries of "
+VALUE_OF = "<value of "  # what a call returns: `buf = self._topk_buffer(layer)`
 DEPTH = 8
 
 # methods that return the tensor itself or a view of its storage: a write through the result
@@ -247,6 +251,8 @@ class LocalValues:
             return self._sources(base, depth - 1, seen)
         if makes_copy(expr):
             return {NEW}
+        if isinstance(expr, ast.Call) and (func := ref(expr.func)) is not None:
+            return {UNKNOWN, f"{VALUE_OF}{func}>"}
         return {UNKNOWN}
 
     def _entries(self, it: ast.AST, depth: int, seen: frozenset) -> set[str]:
@@ -266,7 +272,7 @@ class LocalValues:
                 return self._contents(it.func.value, depth - 1, seen)
             if isinstance(it.func, ast.Name) and name in ("list", "tuple", "set", "sorted", "reversed", "iter", "frozenset") and it.args:
                 return self._entries(it.args[0], depth - 1, seen)
-            return {UNKNOWN}
+            return _made_by(it)
         if isinstance(it, ast.Name) and it.id in self.bindings:
             return self._contents(it, depth - 1, seen)
         return {UNKNOWN}
@@ -308,6 +314,8 @@ class LocalValues:
             return self._entries(value.args[0], depth - 1, seen)
         if isinstance(value, ast.Name):
             return self._contents(value, depth - 1, seen)
+        if isinstance(value, ast.Call):
+            return _made_by(value)  # `bufs = collect_buffers(model)`, then `for buf in bufs`
         return {UNKNOWN}
 
     # -- rows read -----------------------------------------------------------------------------
@@ -344,9 +352,59 @@ class LocalValues:
             return False
         if ra == rb:
             return True
-        ha = self.holders(ra) - {NEW}
-        hb = self.holders(rb) - {NEW}
+        # two calls of one function need not return one object
+        ha = {h for h in self.holders(ra) if not h.startswith("<")}
+        hb = {h for h in self.holders(rb) if not h.startswith("<")}
         return bool(ha & hb)
+
+
+def _made_by(call: ast.Call) -> set[str]:
+    """The entries of what a call returns: unknown here, and named after the function called
+    (`ENTRIES_OF`) for the project to answer; a method of a tensor (`buf.split(k)`) makes
+    views the project does not define."""
+    func = ref(call.func)
+    if func is None or isinstance(call.func, ast.Attribute) and last_name(call.func) in _VIEWS | {"split", "chunk", "unbind"}:
+        return {UNKNOWN}
+    return {UNKNOWN, f"{ENTRIES_OF}{func}>"}
+
+
+def made_by_call(held: str) -> tuple[str, str, str] | None:
+    """(`ENTRIES_OF` or `VALUE_OF`, the function, the rest of the ref) of a ref into what a
+    call returned (`<entries of f>.data` -> `(ENTRIES_OF, "f", ".data")`); None for any other
+    ref."""
+    for kind in (ENTRIES_OF, VALUE_OF):
+        if held.startswith(kind):
+            func, _, rest = held[len(kind) :].partition(">")
+            return kind, func, rest
+    return None
+
+
+def returned_by(func: ast.AST) -> set[str]:
+    """The objects a function returns (`return layer.indexer.topk_indices_buffer`), as dotted
+    refs through its locals; copies and what cannot be told are left out."""
+    values = LocalValues(func)
+    out: set[str] = set()
+    for sub in walk_local(func):
+        if isinstance(sub, ast.Return) and sub.value is not None:
+            out |= values._sources(sub.value, DEPTH, frozenset())
+    return {h for h in out if not h.startswith("<")}
+
+
+def yielded_by(func: ast.AST) -> set[str]:
+    """The objects a function hands out as entries: what it yields (`yield
+    layer.indexer.topk_indices_buffer`, `yield from bufs`) and the entries of what it returns
+    (`return [l.indexer.topk_indices_buffer for l in layers]`, a list it fills), as dotted
+    refs through its locals; copies and what cannot be told are left out."""
+    values = LocalValues(func)
+    out: set[str] = set()
+    for sub in walk_local(func):
+        if isinstance(sub, ast.Yield) and sub.value is not None:
+            out |= values._sources(sub.value, DEPTH, frozenset())
+        elif isinstance(sub, ast.YieldFrom):
+            out |= values._entries(sub.value, DEPTH, frozenset())
+        elif isinstance(sub, ast.Return) and sub.value is not None:
+            out |= values._entries(sub.value, DEPTH, frozenset())
+    return {h for h in out if not h.startswith("<")}
 
 
 def _gather_parts(node: ast.AST) -> tuple[ast.AST, ast.AST] | None:
@@ -456,4 +514,4 @@ def iter_gathers(func: ast.AST) -> Iterator[str]:
     return iter(seen)
 
 
-__all__ = ["NEW", "LocalValues", "gathered", "gathers_in", "held_ref", "iter_gathers", "makes_copy", "may_gather", "view_base"]
+__all__ = ["ENTRIES_OF", "NEW", "VALUE_OF", "LocalValues", "made_by_call", "returned_by", "yielded_by", "gathered", "gathers_in", "held_ref", "iter_gathers", "makes_copy", "may_gather", "view_base"]

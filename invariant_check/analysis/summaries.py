@@ -35,6 +35,7 @@ class Summaries:
         self.depth = depth
         self._callees: dict[tuple, list[Callee]] = {}
         self._memo: dict[tuple, bool] = {}
+        self._made: dict[tuple, frozenset] = {}
         self._fields: dict[tuple, frozenset] = {}
 
     # -- resolution of one call --------------------------------------------------------------
@@ -89,7 +90,7 @@ class Summaries:
         if ident in visiting:
             return False
         visiting.add(ident)
-        found = own is not None and own(fn.facts)
+        found = own is not None and (own(fn.facts) or self._own_through_made(fn, own, self_cls))
         if not found:
             found = any(test(callee.call) for callee in self.callees(fn, self_cls))
         if not found:
@@ -105,6 +106,38 @@ class Summaries:
                     break
         visiting.discard(ident)
         return found
+
+    def made_by(self, fn: FunctionInfo, kind: str, func: str, self_cls: ClassInfo | None = None) -> frozenset[str]:
+        """The objects a call of `func` in `fn` hands out (`kind`: `gathers.ENTRIES_OF`, what
+        it yields or the entries of what it returns; `gathers.VALUE_OF`, what it returns), as
+        the callee spells them: empty when the callee is not a project function."""
+        from .gathers import ENTRIES_OF, returned_by, yielded_by
+
+        key = (fn.module.path, fn.qual, self_cls.name if self_cls else None, kind, func)
+
+        def compute() -> frozenset[str]:
+            target = self.function_for(self.resolve(fn, func, self_cls))
+            node = target.node() if target is not None else None
+            if node is None:
+                return frozenset()
+            return frozenset(yielded_by(node) if kind == ENTRIES_OF else returned_by(node))
+
+        return self.project.tracker.memo(self._made, key, compute)
+
+    def _own_through_made(self, fn: FunctionInfo, own: Callable[[FunctionFacts], bool], self_cls: ClassInfo | None) -> bool:
+        """`own` asked of what `fn` gathers as the objects a function it calls hands out
+        (`for buf in _indexer_buffers(model): buf[:n] = buf[idx]`)."""
+        from dataclasses import replace
+
+        from .gathers import made_by_call
+
+        held = []
+        for g in fn.facts.gathers:
+            made = made_by_call(g)
+            if made is not None:
+                kind, func, rest = made
+                held.extend(r + rest for r in self.made_by(fn, kind, func, self_cls))
+        return bool(held) and own(replace(fn.facts, gathers=held))
 
     def bound_call(self, fn: FunctionInfo, call: CallFact, self_cls: ClassInfo | None = None) -> CallFact | None:
         """The call `self.<attr>(...)` makes when a method bound the attribute to a callable

@@ -32,6 +32,7 @@ from .flow import ENTRY, EXIT, Flow, atom_source
 from .needs import Names, Words
 from .objects import _single_bindings, partials, through_partial
 from .project import ClassInfo, FunctionInfo
+from .returns import returned_after
 from .topk import topk_gathers
 from .views import FunctionView
 
@@ -57,7 +58,7 @@ class SwitchQuery:
     def gathers(self, facts) -> bool:
         """Whether a function gathers the rows of a top-k buffer in place (a compaction
         written out, under any name)."""
-        return any(self.buffers.matches(buf.rsplit(".", 1)[-1]) for buf in facts.gathers)
+        return any(self.buffers.matches(buf.rsplit(".", 1)[-1]) for buf in facts.gathers if not buf.startswith("<"))
 
     def compacts(self, summaries, fn, self_cls) -> bool:
         """Whether calling `fn` compacts: it calls the compaction method or gathers a top-k
@@ -119,13 +120,15 @@ class Window:
         self._flow_known: dict[int, dict[str, bool]] = {}
         self._per_function: dict[int, tuple[dict, set[int]]] = {}
 
-    def _locals(self, flow: Flow) -> tuple[dict, set[int]]:
+    def _locals(self, flow: Flow, fn: FunctionInfo | None = None, self_cls: ClassInfo | None = None) -> tuple[dict, set[int]]:
         """(the partials bound to locals, the nodes that gather a top-k buffer in place) of
-        the function a flow is of."""
+        the function a flow is of (`fn`, when the project has it: what a call of another
+        function hands out is then read there)."""
         key = id(flow.func)
         got = self._per_function.get(key)
         if got is None:
-            got = self._per_function[key] = (partials(flow.func), topk_gathers(flow.func, self.rule.buffers))
+            made = (lambda kind, func: self.summaries.made_by(fn, kind, func, self_cls)) if fn is not None else None
+            got = self._per_function[key] = (partials(flow.func), topk_gathers(flow.func, self.rule.buffers, made))
         return got
 
     # -- classification of one event ----------------------------------------------------------
@@ -133,7 +136,7 @@ class Window:
         if node.kind == "cond":
             return "vacuous" if any(flow.empty(atom) for atom in node.atoms) else None
         if node.kind == "store":
-            return "hit" if id(node.node) in self._locals(flow)[1] else None
+            return "hit" if id(node.node) in self._locals(flow, fn, self_cls)[1] else None
         if node.kind == "join":
             # a `for` loop that runs no forward and compacts (gathers each layer's buffer,
             # skipping those already done) is a compaction, as a helper holding it would be
@@ -156,7 +159,7 @@ class Window:
             return None
         call = node.node
         rule = self.rule
-        bound, gathers = self._locals(flow)
+        bound, gathers = self._locals(flow, fn, self_cls)
         if id(call) in gathers:
             return "hit"
         call = called_through(call, bound, aliases)
@@ -291,7 +294,7 @@ class Window:
         bound = bind_params(node, call, known, skip_self=target.facts.cls is not None) if call is not None else {}
         bound = {a: v for a, v in bound.items() if flow.stable((a, v))}
         aliases = dotted_aliases(node)
-        gathers = topk_gathers(node, self.rule.buffers)
+        gathers = topk_gathers(node, self.rule.buffers, lambda kind, func: self.summaries.made_by(target, kind, func, sub_self))
         local = partials(node)
         rule = self.rule
 
@@ -457,7 +460,8 @@ class Window:
                 verdict.ok = True
                 return verdict
             # the window goes on in the callers
-            outcome = self._through_callers(fn, forward, known, CALLER_DEPTH, verdict)
+            returned = returned_after(view.node, self.switch) if forward else None
+            outcome = self._through_callers(fn, forward, known, CALLER_DEPTH, verdict, returned)
             if outcome == "covered":
                 verdict.ok = True
                 return verdict
@@ -536,10 +540,13 @@ class Window:
             return True
         return None
 
-    def _through_callers(self, fn: FunctionInfo | None, forward: bool, known: dict[str, bool], depth: int, verdict: Verdict) -> str:
+    def _through_callers(self, fn: FunctionInfo | None, forward: bool, known: dict[str, bool], depth: int, verdict: Verdict,
+                         returned: bool | None = None) -> str:
         """'covered' if every caller covers the rest of the window on this side, 'open' if
         one does not, 'unknown' if no caller is known (or, after the switch, a caller's path
-        ends where no caller is known)."""
+        ends where no caller is known). `returned`: what `fn` returns on every path after the
+        switch (or the call the window came through), when that can be told: a caller's
+        branch on the call's value is then decided (`if self.begin_reuse(rows): compact(rows)`)."""
         if fn is None or depth <= 0:
             return "unknown"
         owner = self.owner if self.owner is not None else fn.owner()
@@ -558,7 +565,7 @@ class Window:
             if here is None or owner is None or owner.name not in {c.name for c in here.classes()[1:]}:
                 here = owner
             try:
-                got = self._through_caller(caller, node, call, here, forward, stable_self, depth, verdict)
+                got = self._through_caller(caller, node, call, here, forward, stable_self, depth, verdict, returned)
             finally:
                 self.receiver, self.canon_receiver = mine
             if got == "open":
@@ -582,7 +589,8 @@ class Window:
         spelled = ref(passed) if passed is not None else None
         return spelled + dot + rest if spelled is not None else None
 
-    def _through_caller(self, caller, node, call, owner: ClassInfo | None, forward: bool, stable_self: dict[str, bool], depth: int, verdict: Verdict) -> str:
+    def _through_caller(self, caller, node, call, owner: ClassInfo | None, forward: bool, stable_self: dict[str, bool], depth: int, verdict: Verdict,
+                        returned: bool | None = None) -> str:
         """One caller's share of `_through_callers`: 'covered', 'open' or 'unknown'."""
         flow = FieldFlow(node)
         idx = flow.by_call.get(id(call))
@@ -592,6 +600,9 @@ class Window:
         stop = self._stopper(aliases, caller, owner, flow, forward, idx)
         known_here = dict(flow.known_at(idx, fixed=True))
         known_here.update(stable_self)
+        if returned is not None:
+            # the branch the caller takes on this call's value (`if self.hook(rows):`)
+            known_here[atom_source(call)] = returned
         self._flow_known[id(flow)] = known_here
         paths = flow.search(idx, forward, stop, known_here, self._assume)
         uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
@@ -601,7 +612,9 @@ class Window:
         if paths.get("end"):
             if not forward:
                 return "open"  # further up: the order is not in the source
-            return self._through_callers(caller, forward, known_here, depth - 1, verdict) if depth > 1 else "open"
+            if depth <= 1:
+                return "open"
+            return self._through_callers(caller, forward, known_here, depth - 1, verdict, returned_after(node, call))
         return "covered"
 
     def _reachable_sibling_compacts(self) -> bool:

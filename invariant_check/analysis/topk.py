@@ -47,7 +47,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .facts import FUNCS, child_nodes, gathered_buffer, last_name, ref, walk_local
-from .gathers import gathers_in
+from .gathers import gathers_in, made_by_call
 from .needs import Names
 from .project import ClassInfo, Module, Project, Scope
 
@@ -350,14 +350,19 @@ def modelled_modules(models: Path) -> frozenset[str]:
 # -- syntax ------------------------------------------------------------------------------------
 
 
-def topk_gathers(func: ast.AST, buffers: Names) -> set[int]:
+def topk_gathers(func: ast.AST, buffers: Names, made=None) -> set[int]:
     """`id(node)` of each statement or call of a function that gathers the rows of a top-k
     buffer in place: of an object named like `buffers`, through the function's locals, never
-    of a copy of one (`analysis/gathers.py`)."""
-    return {
-        key for key, held in gathers_in(func).items()
-        if any(buffers.matches(h.rsplit(".", 1)[-1]) for h in held)
-    }
+    of a copy of one (`analysis/gathers.py`). `made(kind, func)`: the objects a call of a
+    project function hands out (`Summaries.made_by`), for a local bound to what one returns
+    or yields (`for buf in _indexer_buffers(model):`)."""
+    def named(h: str) -> bool:
+        if not h.startswith("<"):
+            return buffers.matches(h.rsplit(".", 1)[-1])
+        got = made_by_call(h) if made is not None else None
+        return got is not None and any(buffers.matches((r + got[2]).rsplit(".", 1)[-1]) for r in made(got[0], got[1]))
+
+    return {key for key, held in gathers_in(func).items() if any(named(h) for h in held)}
 
 
 def gathered_topk(node: ast.AST, aliases: dict[str, str], buffers: Names) -> str | None:
