@@ -86,7 +86,7 @@ def _path_to(body: list[ast.stmt], target: ast.AST) -> list[tuple[list[ast.stmt]
             if inner is not None:
                 return [(body, i), *inner]
         if not isinstance(st, (ast.If, ast.With, ast.AsyncWith)) and any(sub is target for sub in _local(st)):
-            return [(body, i)] if not isinstance(st, (ast.For, ast.AsyncFor, ast.While, ast.Try, *FUNCS, ast.ClassDef)) and type(st).__name__ not in ("TryStar", "Match") else None
+            return None  # under a loop, a `try`, a `match` or a definition
     return None
 
 
@@ -97,7 +97,12 @@ def _header(st: ast.stmt):
         return _local(st.test)
     if isinstance(st, (ast.With, ast.AsyncWith)):
         return (n for item in st.items for n in _local(item))
+    if isinstance(st, _COMPOUND) or type(st).__name__ in ("TryStar", "Match"):
+        return ()  # a loop, a `try`, a definition: what runs in it is not read here
     return _local(st)
+
+
+_COMPOUND = (ast.For, ast.AsyncFor, ast.While, ast.Try, *FUNCS, ast.ClassDef)
 
 
 def returned_after(func: ast.AST, node: ast.AST) -> bool | None:
