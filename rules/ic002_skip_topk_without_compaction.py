@@ -42,6 +42,51 @@ class DrafterBase:
             hidden = self.model(**self.inputs)
 """
 
+# The same base, the answer kept in a local first.
+_ANSWER_IN_LOCAL_BASE = _ANSWERING_BASE.replace(
+    "        if self.begin_reuse(rows):", "        reused = self.begin_reuse(rows)\n        if reused:"
+)
+
+# A step runner that calls what it is handed before (or after) the first step's forward.
+_STEP_RUNNER = """
+def run_steps(model, inputs, num_steps, before_first=None, after_first=None):
+    if before_first is not None:
+        before_first()
+    for step in range(num_steps - 1):
+        hidden = model(**inputs)
+        if step == 0 and after_first is not None:
+            after_first()
+"""
+
+_HANDS_OVER = """
+import functools
+
+from .steps import run_steps
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    inner = self.model.model
+    pack = None
+    if self.share:
+        inner.set_skip_topk(True)
+        pack = functools.partial(inner.compact_topk_indices, token_indices_to_sample)
+    return run_steps(self.model, self.inputs, self.num_steps, {when}=pack)
+"""
+
+_GETATTR_SWITCH = """
+class Drafter:
+    def load_model(self, model):
+        self.model = model
+        self._reuse = getattr(model.model, "set_skip_topk", None)
+
+    def propose(self, sampled):
+        hidden = self.model(**self.inputs)
+        if self._reuse is not None:
+            self._reuse(True){then}
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
+
 _ENTER_REUSE = """
 class DraftBase:
     def _enter_reuse(self):
@@ -153,9 +198,12 @@ class SkipTopkWithoutCompaction(Rule):
     compaction and the switch may also be called through what binds them: a local or an
     instance attribute bound to `functools.partial(<model>.compact_topk_indices, rows)` or to
     the bound method, or to a lambda that hands its parameters on in order (`lambda rows:
-    <model>.compact_topk_indices(rows)`), or a class attribute `staticmethod(helper)`; a
-    switch bound to
-    `self._reuse_on = functools.partial(<model>.set_skip_topk, True)` is judged where
+    <model>.compact_topk_indices(rows)`), or a class attribute `staticmethod(helper)`, or a
+    parameter of a project function the call hands the compaction to
+    (`run_steps(..., before_first=functools.partial(inner.compact_topk_indices, rows))`, or a
+    local of the caller bound to that, and `before_first()` in `run_steps`); a switch bound
+    to `self._reuse_on = functools.partial(<model>.set_skip_topk, True)` (or to
+    `<model>.set_skip_topk`, or `getattr(<model>, "set_skip_topk", None)`) is judged where
     `self._reuse_on()` is called and reported where it is bound.
 
     A call of a project function is judged by what its body does *for this call's
@@ -172,8 +220,9 @@ class SkipTopkWithoutCompaction(Rule):
     switch method that compacts with the rows it is given (`set_skip_topk(True, rows)`, with
     `if skip and rows is not None: self.compact_topk_indices(rows)`) is its own compaction.
     A compaction of rows `0..n-1` (`torch.arange(n)`, `self.arange[:n]`, by position or by
-    keyword, also through a local bound once to them: `rows = torch.arange(n)`) gathers each
-    row onto itself and counts as none. A module called out of a container of the model
+    keyword, also through a local bound once to them: `rows = torch.arange(n)`, or passed to a
+    helper that compacts the rows it is given: `pack_rows(model, rows=self.arange[:n])`)
+    gathers each row onto itself and counts as none. A module called out of a container of the model
     (`draft_model.mtp_layers[0](...)`) is a forward. A local or an instance attribute bound
     with `getattr(model.model, "compact_topk_indices", None)` is the bound compaction. A
     helper method defined on every branch of a class-body `if`/`try` (`if HAS_TRITON: def
@@ -221,8 +270,9 @@ class SkipTopkWithoutCompaction(Rule):
     a nested one is defined in. A function that returns a constant on every path after the
     switch (`set_skip_topk(True)`, then `return True`; falling off its end returns `None`)
     decides the caller's branch on its answer: `if self.begin_reuse(rows):
-    self.compact(rows)` in the base class's `propose()` covers a hook that says `True`, and
-    not one that returns nothing. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
+    self.compact(rows)` in the base class's `propose()` (or `reused =
+    self.begin_reuse(rows)`, a local bound once, then `if reused:`) covers a hook that says
+    `True`, and not one that returns nothing. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
     runs: a switch before the `yield` is followed into that block (a compaction placed
     after the block's first forward comes too late). A switch on a parameter of the function
     (`def enable_reuse(draft_model): draft_model.set_skip_topk(True)`) is, in each caller, a
@@ -263,6 +313,9 @@ class SkipTopkWithoutCompaction(Rule):
       (`set_skip_topk(self.share)`) is judged as on, with that value known true.
     - A compaction in a helper counts if the helper compacts on some path: its own conditions
       (`if idx is not None:`) are taken as the helper's business.
+    - A switch in the `__enter__` of a context-manager class, and switches called out of a
+      container of callables (`self._hooks[phase]()`): the `with` statements and the lookups
+      that run them are not read as their callers.
     - Step 0 and the reusing steps in two methods that only the framework calls, one after the
       other (`prepare()` runs step 0 and switches, `run_steps()` runs the rest): the source
       does not show that a draft step follows the switch.
@@ -273,7 +326,8 @@ class SkipTopkWithoutCompaction(Rule):
     0.24.0. The rows are those of a compaction the function already makes in the wrong place
     (that call is moved, not repeated: a second gather would permute the rows again), else the
     sampled rows by their vLLM names (`token_indices_to_sample`, `last_token_indices`, a name
-    holding `token_indices`) bound before the switch. No fix when neither is in scope, when the
+    holding `token_indices`) bound before the switch. No fix for a switch bound to an attribute
+    (reported where it is bound, away from its call), nor when neither is in scope, when the
     switch shares its line or statement with other code, when the misplaced compaction is not a
     statement of its own in this function or is the only statement of its block (`if k == 2:`
     would be left empty), or when a helper compacts on some paths only.
@@ -319,6 +373,22 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # The hook's answer kept in a local of the base class's `propose()`, then tested.
+        Valid(
+            """
+from .base import DrafterBase
+
+class MLADrafter(DrafterBase):
+    def begin_reuse(self, rows):
+        self.model.model.set_skip_topk(True)
+        return True
+""",
+            files={"base.py": _ANSWER_IN_LOCAL_BASE},
+        ),
+        # The compaction handed to a project function that calls it before its first forward.
+        Valid(_HANDS_OVER.replace("{when}", "before_first"), files={"steps.py": _STEP_RUNNER}),
+        # A switch bound with `getattr`, followed by the compaction where it is called.
+        Valid(_GETATTR_SWITCH.replace("{then}", "\n            self.model.model.compact_topk_indices(sampled)")),
         # The helper gathers the buffers another helper yields (a generator over the layers).
         Valid(
             """
@@ -1833,6 +1903,26 @@ def squeeze_shared_rows(model, rows):
         buf[:n] = buf[rows]
 """
             },
+        ),
+        # The same hand-over, called after the first reuse step's forward.
+        Invalid(_HANDS_OVER.replace("{when}", "after_first"), line=10, files={"steps.py": _STEP_RUNNER}),
+        # A switch bound with `getattr` in `load_model`, called with no compaction.
+        Invalid(_GETATTR_SWITCH.replace("{then}", ""), line=4),
+        # The helper compacts the rows it is given: rows 0..n-1 here, which move nothing.
+        Invalid(
+            """
+from .rows import pack_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    n = token_indices_to_sample.numel()
+    self.model.model.set_skip_topk(True)
+    pack_rows(self.model.model, rows=self.arange[:n])
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=6,
+            files={"rows.py": "def pack_rows(model, rows):\n    model.compact_topk_indices(rows)\n"},
         ),
     ]
 

@@ -28,6 +28,48 @@ def update_draft_inputs(draft_tokens, input_buffers):
     update_eagle_inputs(draft_tokens, None, input_buffers)
 """
 
+# Persistent metadata a classmethod allocates (what a CUDA graph captured), kept on the drafter.
+_GRAPH_META = """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class GraphDraftMetadata:
+    seq_lens: torch.Tensor
+    slot_mapping: torch.Tensor
+
+    @classmethod
+    def allocate(cls, max_reqs):
+        return cls(seq_lens=torch.zeros(max_reqs), slot_mapping=torch.zeros(max_reqs))
+
+    def refresh_from(self, seq_lens, slots, n):
+        self.seq_lens[:n].copy_(seq_lens[:n])
+        self.slot_mapping[:n].copy_(slots[:n])
+
+    def describe(self):
+        return f"{self.seq_lens.shape[0]} rows"
+"""
+
+_GRAPH_DRAFTER = """
+from .graph_meta import GraphDraftMetadata
+
+
+class GraphDrafter:
+    def __init__(self, max_reqs):
+        self.graph_md = GraphDraftMetadata.allocate(max_reqs)
+
+    def run_steps(self, n):
+        md = self.graph_md
+        for _ in range(self.num_steps - 1):
+            self.seq_lens[:n] += 1
+            self.slots[:n] += 1
+            md.{call}
+            with set_forward_context(md, self.vllm_config):
+                self.model(input_ids=self.input_ids[:n], positions=self.positions[:n])
+"""
+
 _BUILD = "def build_attn_metadata(**kw):\n    return dict(kw)\n"
 
 
@@ -101,7 +143,9 @@ class DraftMetadataNotRefreshed(Rule):
       `refresh-calls` that receives it (`builder.update_draft_decode_metadata(attn_metadata)`),
       a call of a project function that passes it to one or stores into it
       (`self._update_draft_decode_metadata(attn_metadata, num_reqs)`), a method of the
-      metadata's own class that updates it, or a write to a field of the metadata itself
+      metadata's own class that updates it (the class known from an annotation, a
+      constructor, or a factory that makes it: `self.graph_md = Meta.allocate(n)` with a
+      `@classmethod` returning `cls(...)`, or a return annotation), or a write to a field of the metadata itself
       (`md.seq_lens += 1` when `md` is what the forward receives: it moves with its inputs in
       place; whether its derived fields move too is IC004's finding). Entering an inner loop that refreshes it (over the
       attention groups) counts as a refresh; so does an advance that also refreshes it.
@@ -572,6 +616,12 @@ def draft(self, num_tokens, seq_lens, n):
 """,
             files={"inputs.py": _INPUTS},
         ),
+        # Metadata a classmethod of its class allocates, refreshed in place by a method of
+        # that class through a local alias.
+        Valid(
+            _GRAPH_DRAFTER.replace("{call}", "refresh_from(self.seq_lens, self.slots, n)"),
+            files={"graph_meta.py": _GRAPH_META},
+        ),
     ]
     INVALID = [
         # vLLM 0.18.0-0.20.0 (model runner v2): the same metadata for every draft step.
@@ -921,6 +971,12 @@ def draft(self, common, positions, per_layer_attn_metadata):
             self.model(positions=positions)
 """,
             line=3,
+        ),
+        # The same object; the method called reads it and updates nothing.
+        Invalid(
+            _GRAPH_DRAFTER.replace("{call}", "describe()"),
+            line=10,
+            files={"graph_meta.py": _GRAPH_META},
         ),
     ]
 

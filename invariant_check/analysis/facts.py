@@ -428,6 +428,17 @@ def annotation_ref(node: ast.AST | None) -> str | None:
     return ref(found) if found is not None and not isinstance(found, ast.Subscript) else None
 
 
+def returns_own_class(fn: ast.AST) -> bool:
+    """A `@classmethod` whose every `return` builds `cls(...)` (its first parameter)."""
+    if not any(last_name(d) == "classmethod" for d in getattr(fn, "decorator_list", ())) or not fn.args.args:
+        return False
+    me = fn.args.args[0].arg
+    returns = [sub for sub in walk_local(fn) if isinstance(sub, ast.Return)]
+    return bool(returns) and all(
+        isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Name) and r.value.func.id == me for r in returns
+    )
+
+
 def element_ref(node: ast.AST | None) -> str | None:
     """The class of the entries of a container annotation: `V` of `dict[K, V]` or
     `Mapping[K, V]`, `X` of `list[X]`, `Sequence[X]`, `tuple[X, ...]`."""

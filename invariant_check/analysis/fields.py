@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Callable, Iterator
 
 from ..globs import name_matcher, required_literals
-from .facts import CallFact, annotation_ref, child_nodes, last_name, ref, target_names, walk_local
+from .facts import CallFact, annotation_ref, child_nodes, last_name, ref, returns_own_class, target_names, walk_local
 from .flow import ENTRY, Flow
 from .needs import AnyLiteral, Names, Need, PerText, Words
 from .objects import bound_value, canonical, carries, copy_of
@@ -717,23 +717,12 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
             sym = view.project.resolve(made_by.module, returned, scope=None)
             if sym.kind == "class":
                 return view.project.class_of(sym)
-        elif node is not None and _returns_own_class(node):
+        elif node is not None and returns_own_class(node):
             # a classmethod that returns `cls(...)` (`Meta.make(lens)`): its class
             owner = made_by.module.klass(made_by.facts.cls) if made_by.facts.cls else None
             if owner is not None:
                 return owner
     return None
-
-
-def _returns_own_class(fn: ast.AST) -> bool:
-    """A `@classmethod` whose every `return` builds `cls(...)` (its first parameter)."""
-    if not any(last_name(d) == "classmethod" for d in getattr(fn, "decorator_list", ())) or not fn.args.args:
-        return False
-    me = fn.args.args[0].arg
-    returns = [sub for sub in walk_local(fn) if isinstance(sub, ast.Return)]
-    return bool(returns) and all(
-        isinstance(r.value, ast.Call) and isinstance(r.value.func, ast.Name) and r.value.func.id == me for r in returns
-    )
 
 
 def _entry_class(view, expr: ast.AST) -> ClassInfo | None:

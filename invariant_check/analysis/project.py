@@ -720,6 +720,8 @@ class ClassInfo:
                     sym = self.project.resolve(info.module, target, scope=scope)
                     if kind == "new" and sym.kind == "class":
                         result = Symbol("instance", sym.name, sym.module, sym.qual, sym.via)
+                    elif kind == "new" and sym.kind == "function":
+                        result = self._made_instance(sym)  # `Meta.allocate(...)`, a factory
                     elif kind in ("ref", "partial") and sym.kind == "function":
                         result = sym
                     elif kind in ("ref", "copy") and sym.kind == "instance":
@@ -731,6 +733,20 @@ class ClassInfo:
             if result.is_known:
                 break
         return result
+
+    def _made_instance(self, sym: Symbol) -> Symbol:
+        """An instance of the class a function makes: the class its return annotation names
+        (`-> "Meta"` too), or the class of a `@classmethod` whose every `return` builds
+        `cls(...)`."""
+        fn = self.project.function_of(sym)
+        node = fn.node() if fn is not None else None
+        if node is None:
+            return UNKNOWN
+        named = F.annotation_ref(node.returns) if getattr(node, "returns", None) is not None else None
+        if named is None and F.returns_own_class(node):
+            named = fn.facts.cls
+        made = self.project.resolve(fn.module, named, scope=None) if named else UNKNOWN
+        return Symbol("instance", made.name, made.module, made.qual, made.via) if made.kind == "class" else UNKNOWN
 
     def bound_callable(self, attr: str) -> str | None:
         """The dotted ref of what a call of `self.<attr>` runs when a method of the class (or

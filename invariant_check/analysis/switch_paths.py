@@ -26,7 +26,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .facts import call_fact, last_name, literal_kind, ref, returned_def, walk_local
+from .facts import call_fact, last_name, literal_kind, ref, returned_def, target_names, walk_local
 from .fields import FieldFlow, call_argument
 from .flow import ENTRY, EXIT, Flow, atom_source
 from .needs import Names, Words
@@ -119,6 +119,7 @@ class Window:
         self._known: dict[str, bool] = {}
         self._flow_known: dict[int, dict[str, bool]] = {}
         self._per_function: dict[int, tuple[dict, set[int]]] = {}
+        self._caller_of: dict[int, ast.AST] = {}  # id(a call of a project function) -> the function it is in
 
     def _locals(self, flow: Flow, fn: FunctionInfo | None = None, self_cls: ClassInfo | None = None) -> tuple[dict, set[int]]:
         """(the partials bound to locals, the nodes that gather a top-k buffer in place) of
@@ -208,6 +209,7 @@ class Window:
         if target is None:
             return "fwd" if name in rule.forward_names else None
         sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
+        self._caller_of[id(call)] = flow.func
         first, last = self.effect(target, sub_self, call, self._known_for(flow))
         return first if forward else last
 
@@ -271,7 +273,7 @@ class Window:
         there); `leaving`: the part after the `yield`, which runs when the block is left."""
         depth = self.rule.depth if depth is None else depth
         rule = self.rule
-        compacts = rule.compacts(self.summaries, target, sub_self)
+        compacts = rule.compacts(self.summaries, target, sub_self) or self._hands_compaction(target, call)
         forwards = rule.forwards(self.summaries, target, sub_self)
         decorated = self._decorators(target)
         if not compacts and not decorated:
@@ -319,16 +321,19 @@ class Window:
                 return first if forward else last
             if n.kind == "exit":
                 return self._exit_effect(target, c, sub_self, forward, depth)
+            if self._calls_passed_compaction(c, target, call):
+                return "hit"
             c = called_through(c, local, aliases)
             nm = last_name(c.func)
             if nm == rule.compaction:
-                return None if identity_rows(c, node) else "hit"
+                return None if identity_rows(c, node) or self._identity_passed(c, target, call) else "hit"
             if nm == rule.switch:
                 return None
             spelled = ref(c.func)
             sub = self.summaries.function_for(self.summaries.resolve(target, spelled, sub_self)) if spelled else None
             if sub is not None:
                 s2 = sub_self if (spelled.startswith("self.") and spelled.count(".") == 1) or spelled.startswith("super().") else sub.owner()
+                self._caller_of[id(c)] = node
                 first, last = self.effect(sub, s2, c, {}, depth - 1)
                 return first if forward else last
             return "fwd" if nm in rule.forward_names else None
@@ -347,6 +352,50 @@ class Window:
             out.append("hit" if "hit" in verdicts else "fwd" if "fwd" in verdicts else None)
         got = self._effects[key] = (out[0], out[1])
         return got
+
+    def _calls_passed_compaction(self, c: ast.Call, target: FunctionInfo, call: ast.Call | None) -> bool:
+        """A call of a parameter the call site passes the compaction for: the bound method
+        (`before_first=inner.compact_topk_indices`) or a `functools.partial` of it, written
+        in the call or bound to a local of the caller (`pack = partial(inner.compact_topk_indices,
+        rows)`, then `runner.run(..., before_first=pack)` and `before_first()` in `run`)."""
+        if call is None or not isinstance(c.func, ast.Name) or c.func.id not in target.facts.params:
+            return False
+        passed = call_argument(call, target, target.facts.params.index(c.func.id))
+        return passed is not None and self._is_compaction_callback(passed, self._caller_of.get(id(call)))
+
+    def _hands_compaction(self, target: FunctionInfo, call: ast.Call | None) -> bool:
+        """Whether the call passes the compaction for a parameter `target` calls."""
+        if call is None:
+            return False
+        called = {c.ref for c in target.facts.calls if c.ref and "." not in c.ref}
+        params = target.facts.params
+        for name in called & set(params):
+            passed = call_argument(call, target, params.index(name))
+            if passed is not None and self._is_compaction_callback(passed, self._caller_of.get(id(call))):
+                return True
+        return False
+
+    def _is_compaction_callback(self, passed: ast.AST, caller: ast.AST | None) -> bool:
+        """The compaction's bound method or a `functools.partial` of it; a local of the
+        caller every binding of which (but `None`) is one."""
+        if isinstance(passed, ast.Name):
+            if caller is None:
+                return False
+            values = [v for v in _bindings_of(caller, passed.id) if not (isinstance(v, ast.Constant) and v.value is None)]
+            return bool(values) and all(v is not None and self._is_compaction_callback(v, None) for v in values)
+        if isinstance(passed, ast.Call) and last_name(passed.func) == "partial" and passed.args:
+            passed = passed.args[0]
+        return isinstance(passed, ast.Attribute) and passed.attr == self.rule.compaction
+
+    @staticmethod
+    def _identity_passed(compaction: ast.Call, target: FunctionInfo, call: ast.Call | None) -> bool:
+        """A compaction in a helper whose rows are a parameter the call passes rows 0..n-1
+        for (`pack_rows(model, rows=self.arange[:n])` with `model.compact_topk_indices(rows)`)."""
+        rows = compaction.args[0] if compaction.args else next((k.value for k in compaction.keywords if k.arg), None)
+        if call is None or not isinstance(rows, ast.Name) or rows.id not in target.facts.params:
+            return False
+        passed = call_argument(call, target, target.facts.params.index(rows.id))
+        return passed is not None and identity_rows(ast.Call(func=compaction.func, args=[passed], keywords=[]))
 
     def _exit_effect(self, fn, expr, self_cls, forward: bool, depth: int) -> str | None:
         """What leaving a `with` block runs: the `__exit__` of the context manager's class."""
@@ -601,8 +650,11 @@ class Window:
         known_here = dict(flow.known_at(idx, fixed=True))
         known_here.update(stable_self)
         if returned is not None:
-            # the branch the caller takes on this call's value (`if self.hook(rows):`)
+            # the branch the caller takes on this call's value (`if self.hook(rows):`, or
+            # through a local bound once to it: `reused = self.hook(rows)`, then `if reused:`)
             known_here[atom_source(call)] = returned
+            for name in _bound_once_to(node, call, flow):
+                known_here[name] = returned
         self._flow_known[id(flow)] = known_here
         paths = flow.search(idx, forward, stop, known_here, self._assume)
         uncovered = paths.get("fwd", []) + (paths.get("mixed", []) if forward else [])
@@ -670,6 +722,67 @@ class Window:
 # -- the switches of a function ------------------------------------------------------------------
 
 
+def _as_stored(spelled: str | None, fn: FunctionInfo) -> str | None:
+    """A ref rooted at a parameter the method also stores on `self` (`self.model = model`),
+    spelled from `self` (`model.model` -> `self.model.model`): what the other methods of the
+    class call it."""
+    if not spelled:
+        return spelled
+    head, dot, rest = spelled.partition(".")
+    if head not in fn.facts.params[1:]:
+        return spelled
+    stored = next((a for a, how in fn.facts.self_attrs.items() if how == ["ref", head]), None)
+    return f"self.{stored}{dot}{rest}" if stored else spelled
+
+
+def _bindings_of(func: ast.AST, name: str) -> list[ast.AST | None]:
+    """Every value a plain assignment binds `name` to in `func`; None for any other binding
+    (a loop target, an augmented assignment, a `with` target)."""
+    out: list[ast.AST | None] = []
+    for sub in walk_local(func):
+        if isinstance(sub, ast.Assign):
+            for t in sub.targets:
+                if isinstance(t, ast.Name) and t.id == name:
+                    out.append(sub.value)
+                elif name in target_names(t):
+                    out.append(None)
+        elif isinstance(sub, (ast.AnnAssign, ast.AugAssign)) and isinstance(sub.target, ast.Name) and sub.target.id == name:
+            out.append(sub.value if isinstance(sub, ast.AnnAssign) else None)
+        elif isinstance(sub, ast.NamedExpr) and sub.target.id == name:
+            out.append(sub.value)
+        elif isinstance(sub, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+            targets = [sub.target] if isinstance(sub, (ast.For, ast.AsyncFor)) else [i.optional_vars for i in sub.items if i.optional_vars is not None]
+            if any(name in target_names(t) for t in targets):
+                out.append(None)
+    return out
+
+
+def _got_attribute(value: ast.AST) -> ast.AST:
+    """`model.f` for `getattr(model, "f")` or `getattr(model, "f", default)`; else `value`."""
+    if (
+        isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "getattr"
+        and len(value.args) in (2, 3) and not value.keywords
+        and isinstance(value.args[1], ast.Constant) and isinstance(value.args[1].value, str)
+        and value.args[1].value.isidentifier()
+    ):
+        return ast.copy_location(ast.Attribute(value=value.args[0], attr=value.args[1].value, ctx=ast.Load()), value)
+    return value
+
+
+def _bound_once_to(func: ast.AST, call: ast.Call, flow: Flow) -> list[str]:
+    """The local a statement binds to the value of `call` (`reused = self.hook(rows)`), when
+    it is bound nowhere else (`Flow.fixed`)."""
+    for sub in walk_local(func):
+        if isinstance(sub, ast.Assign) and sub.value is call and len(sub.targets) == 1 and isinstance(sub.targets[0], ast.Name):
+            name = sub.targets[0].id
+        elif isinstance(sub, ast.AnnAssign) and sub.value is call and isinstance(sub.target, ast.Name):
+            name = sub.target.id
+        else:
+            continue
+        return [name] if name in flow.fixed else []
+    return []
+
+
 def assumed_on(view: FunctionView, made: ast.Call) -> dict[str, bool] | None:
     """When a switch call (`made`, in the function of `view`) turns reuse on: `{}` for the
     literal `True`; for a value the source reads (`set_skip_topk(self.share)`), the atom that
@@ -713,8 +826,8 @@ class BoundSwitch:
 
 def bound_switches(view: FunctionView, query: SwitchQuery, holds_buffer: Callable[[str], bool]) -> Iterator[BoundSwitch]:
     """The switches the function of `view` binds to an instance attribute
-    (`self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)` or
-    `= <model>.set_skip_topk`) whose call in a method of the class (`self._reuse_on()`) turns
+    (`self._reuse_on = functools.partial(self.model.model.set_skip_topk, True)`,
+    `= <model>.set_skip_topk` or `= getattr(<model>, "set_skip_topk", None)`) whose call in a method of the class (`self._reuse_on()`) turns
     reuse on with no compaction around it: each such call is the switch, judged where it is
     called; the first one of each binding whose receiver may hold a shared top-k buffer
     (`holds_buffer(receiver)`: False for a sampler)."""
@@ -733,10 +846,11 @@ def bound_switches(view: FunctionView, query: SwitchQuery, holds_buffer: Callabl
             switch, bound = value.args[0], value
         else:
             switch, bound = value, None
+        switch = _got_attribute(switch)  # `getattr(inner, "set_skip_topk", None)`
         if last_name(switch) != query.switch or not isinstance(switch, ast.Attribute) or ref(switch.value) is None:
             continue
         aliases = dotted_aliases(view.node) if aliases is None else aliases
-        receiver = canonical_name(ref(switch.value), aliases)
+        receiver = _as_stored(canonical_name(ref(switch.value), aliases), view.info)
         for method, node, call in attribute_calls(owner, target.attr):
             made = ast.Call(
                 func=switch,
