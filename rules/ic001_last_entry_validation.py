@@ -14,6 +14,7 @@ from invariant_check.analysis.needs import (
     LoopLeftover,
     Names,
     bound,
+    bound_from_call,
     subscripted,
 )
 from invariant_check.analysis.needs import (
@@ -150,7 +151,8 @@ class LastEntryValidation(Rule):
     loop (`per_layer, md = self._build_attn_metadata(cad)`, when every return of
     `_build_attn_metadata` hands back its loop's last `md` in that place; the other values
     then are in what the same call returned beside it). Such a returned value is followed to
-    a type check of it (`isinstance`, `type(...) is`), not to an assert, a raise or a
+    a type check of it (`isinstance`, `type(...) is`, `type(...) not in`, against any
+    types: a module-level `_SUPPORTED` tuple too), not to an assert, a raise or a
     validating helper it is passed to.
     Not flagged: a search loop that `break`s; a name reassigned between the loop and the check;
     a loop in one branch of an `if` only; a loop over one element (`[x]`, `(x,)`, `range(1)`,
@@ -968,6 +970,35 @@ def build_step0(self, cad):
             line=7,
             message_contains="only the last `meta`",
         ),
+        # The same helper; the types are a module-level tuple under a name of its own, and
+        # the check is `type(...) not in`.
+        Invalid(
+            """
+from .backends import FlashAttentionMetadata, TritonAttentionMetadata
+
+_SUPPORTED = (FlashAttentionMetadata, TritonAttentionMetadata)
+
+
+class Proposer:
+    def _build(self, cad):
+        per_layer = {}
+        attn_metadata = None
+        for group in self.draft_attn_groups:
+            attn_metadata = group.get_metadata_builder().build_for_drafting(cad, 0)
+            for name in group.layer_names:
+                per_layer[name] = attn_metadata
+        return attn_metadata, per_layer
+
+    def propose(self, cad):
+        attn_metadata, per_layer = self._build(cad)
+        if type(attn_metadata) not in _SUPPORTED:
+            raise ValueError("unsupported draft attention metadata")
+        return self.run_model(per_layer)
+""",
+            line=18,
+            message_contains="inside `self._build(...)`",
+            files={"backends.py": "class FlashAttentionMetadata: ...\n\n\nclass TritonAttentionMetadata: ...\n"},
+        ),
     ]
 
     @classmethod
@@ -986,8 +1017,10 @@ def build_step0(self, cad):
             # any name a loop leaves behind, checked against a metadata type after the loop
             AfterLoop(type_check),
             # a metadata name bound (from a call whose function returns its loop's last
-            # value, or by a comprehension's walrus) and checked against a metadata type
+            # value, or by a comprehension's walrus) and checked against a metadata type ...
             All(bound(md), type_check),
+            # ... or against any type, when bound to a call's result or by a walrus
+            All(bound_from_call(md), AnyOf(TYPE_CALL, MATCH_STATEMENT)),
             # one entry picked out of a metadata collection
             picked(md),
             # one entry of any collection, bound to a metadata name by the statement that

@@ -15,6 +15,25 @@ from invariant_check.api.rule import Report, Rule
 from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 
+# A class of its own whose factory keeps the lengths from before the step (`orig_seq_lens`).
+_SNAPSHOT_INPUTS = """
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class StepInputs:
+    seq_lens: torch.Tensor
+    orig_seq_lens: torch.Tensor
+    max_context_len: int
+
+    @classmethod
+    def make(cls, seq_lens):
+        return cls(seq_lens=seq_lens, orig_seq_lens=seq_lens.clone(), max_context_len=int(seq_lens.max()))
+"""
+
+
 @dataclass(frozen=True)
 class FieldMap(Option):
     """An option that maps a field to the fields derived from it (a TOML table of lists)."""
@@ -279,7 +298,10 @@ class StaleDerivedMetadata(Rule):
     as a snapshot (`orig_*`, `prev_*`, `old_*`, `init_*`, `saved_*`) are not learned as derived
     from the tensor they copy: a view shares the storage, a snapshot is kept from before the
     step on purpose. (A value a constructor computes from the lengths is derived whatever its
-    name: SGLang's `orig_seq_lens` is, as its own code builds it.)
+    name: SGLang's `orig_seq_lens` is, as its own code builds it.) A class whose own factory,
+    constructor call in its module or method keeps such a snapshot of a field
+    (`cls(seq_lens=s, orig_seq_lens=s.clone())`) is not held to what the releases show of
+    other classes for that pair: the class says the snapshot does not follow the field.
 
     A derived field counts only if the object is *known to have it*: its class declares it as
     data (a dataclass field, a class attribute, an attribute its methods assign on `self`;
@@ -463,6 +485,20 @@ class StaleDerivedMetadata(Rule):
     }
 
     VALID = [
+        # The class keeps `orig_seq_lens` as a snapshot (a copy in its own factory): the step
+        # moves the lengths and their bound, and the snapshot stays as it was on purpose.
+        Valid(
+            """
+from .inputs import StepInputs
+
+def generate(self, inputs: StepInputs):
+    for _ in range(self.num_steps):
+        inputs.seq_lens += 1
+        inputs.max_context_len += 1
+        self.model(inputs)
+""",
+            files={"inputs.py": _SNAPSHOT_INPUTS},
+        ),
         # vLLM 0.16.0: the maximum advances with the lengths (capped), the CPU shadow too.
         Valid(
             """
@@ -2001,6 +2037,20 @@ def advance(md: HostDecodeMeta, num_reqs: int):
 """,
             line=16,
             message_contains="`max_ctx_len` of `md`",
+        ),
+        # The same class: the snapshot stays, and the bound the factory computes is stale.
+        Invalid(
+            """
+from .inputs import StepInputs
+
+def generate(self, inputs: StepInputs):
+    for _ in range(self.num_steps):
+        inputs.seq_lens += 1
+        self.model(inputs)
+""",
+            line=5,
+            message_contains="but `max_context_len` of `inputs` is not updated",
+            files={"inputs.py": _SNAPSHOT_INPUTS},
         ),
     ]
 

@@ -337,6 +337,57 @@ def _memos_of(info) -> list[Derivation]:
     return out
 
 
+def snapshots_of(info) -> frozenset[tuple[str, str]]:
+    """(field, source) for each field a class's own code keeps as a snapshot of another of
+    its fields: a field named as one (`orig_*`, `prev_*`, ...) that its factories or the
+    constructors of its module set to a copy of the value another keyword hands over
+    (`cls(seq_lens=s, orig_seq_lens=s.clone())`), or that a method sets to a copy of a
+    parameter it keeps in that field (`self.seq_lens = seq_lens; self.orig_seq_lens =
+    seq_lens.clone()`). The class says the field holds the values from before the step, so
+    evidence from other classes that it follows the source does not hold for it.
+    Memoised."""
+    return info.project.tracker.memo(info._memo, "snapshots", lambda: frozenset(_snapshots_of(info)))
+
+
+def _snapshots_of(info) -> Iterator[tuple[str, str]]:
+    for cls in info.classes():
+        for name in cls.facts.methods:
+            fn = cls.module.function(f"{cls.qual}.{name}")
+            node = fn.node() if fn is not None else None
+            if node is None:
+                continue
+            me = node.args.args[0].arg if node.args.args else None
+            kept = _kept_parameters(node, me)
+            for sub in walk_local(node):
+                if isinstance(sub, ast.Call) and sub.keywords and _makes_own(sub, cls.name, me):
+                    yield from _snapshot_keywords(sub)
+                elif isinstance(sub, ast.Assign) and len(sub.targets) == 1 and kept:
+                    target = sub.targets[0]
+                    if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == me and _snapshot_name(target.attr):
+                        root = _root(sub.value)
+                        if root in kept and not _same_tensor(sub.value):
+                            yield target.attr, kept[root]
+        for fn in _functions_spelling(cls.module, cls.name):
+            for sub in walk_local(fn):
+                if isinstance(sub, ast.Call) and sub.keywords and last_name(sub.func) == cls.name:
+                    yield from _snapshot_keywords(sub)
+
+
+def _snapshot_name(field: str) -> bool:
+    return field.lstrip("_").startswith(_SNAPSHOT)
+
+
+def _snapshot_keywords(call: ast.Call) -> Iterator[tuple[str, str]]:
+    keywords = [k for k in call.keywords if k.arg]
+    roots = {k.arg: _root(k.value) for k in keywords}
+    for kw in keywords:
+        if not _snapshot_name(kw.arg) or roots[kw.arg] is None or _same_tensor(kw.value):
+            continue
+        for other in keywords:
+            if other is not kw and roots[other.arg] == roots[kw.arg] and _same_tensor(other.value):
+                yield kw.arg, other.arg
+
+
 def _kept_parameters(fn: ast.AST, me: str | None) -> dict[str, str]:
     """Parameters a method stores on the object unchanged (`self.seq_lens = seq_lens`), with
     the field each is kept in: what it computes from one it computes from that field."""

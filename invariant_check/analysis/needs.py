@@ -604,6 +604,23 @@ def bound(names: Names) -> Around:
                   describe=f"{names.describe()} bound")
 
 
+# what follows a name a statement binds to a call's result (`md = self._build(cad)`, `md:
+# T = f()`, `per_layer, md = f()`, also over continued lines), or a walrus binds: a `(`
+# somewhere in the value (a superset of a call)
+_CALL_AHEAD = r"(?:[^\n]|\\\n)*\("
+_BIND_CALL_AFTER = (
+    r"[\s)\]]*(?:=(?!=)|:[^\n=]*=(?!=))" + _CALL_AHEAD
+    + r"|[\s)\]]*,[\w\s,.*()\[\]]*?=(?!=)" + _CALL_AHEAD
+    + r"|[ \t]*:="
+)
+
+
+def bound_from_call(names: Names) -> Around:
+    """A name matching `names` bound to what a call returns, or by a walrus (what
+    `values.LastValues` follows into the callee's loop)."""
+    return Around(names, after=_BIND_CALL_AFTER, describe=f"{names.describe()} bound to a call's result")
+
+
 class LoopLeftover(Around):
     """What `values.LastValues` calls a loop leftover needs in its function's text: a name
     (matching `names`) bound after the first loop statement (a loop's body and target come

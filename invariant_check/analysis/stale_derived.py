@@ -35,6 +35,7 @@ from .derivations import (
     memos_of,
     module_advances,
     module_derivations,
+    snapshots_of,
     step_field,
     variant_of,
 )
@@ -415,6 +416,12 @@ class DraftStep:
             got = list(self.table.derived_from(write.field))
             cls = class_of(self.view, write.obj, self.aliases) if write.obj else None
             if cls is not None:
+                # a field the class keeps as a snapshot of the written one (`orig_seq_lens =
+                # seq_lens.clone()` in its factory) does not follow it, whatever the releases
+                # show of other classes; the configuration still says what it says
+                apart = snapshots_of(cls)
+                if apart:
+                    got = [d for d in got if d.kind == "configured" or not ({(d.field, write.field), (d.field, variant_of(write.field))} & apart)]
                 got += [d for d in memos_of(cls) if write.field in d.sources or variant_of(write.field) in d.sources]
                 # what this module's own constructors of the class show (`Meta(seq_lens=s,
                 # total=int(s.sum()))`): the project's factories, read where the step is
