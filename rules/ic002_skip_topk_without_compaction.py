@@ -87,6 +87,35 @@ class Drafter:
             hidden = self.model(**self.inputs)
 """
 
+# Two compacting helpers (fused and plain) and one that gathers another buffer.
+_PACKERS = """
+def pack_fused(model, rows):
+    model.compact_topk_indices(rows)
+
+
+def pack_plain(model, rows):
+    for layer in model.layers:
+        buf = layer.indexer.topk_indices_buffer
+        buf[: rows.numel()] = buf[rows]
+
+
+def pack_hidden(model, rows):
+    buf = model.hidden_states_buffer
+    buf[: rows.numel()] = buf[rows]
+"""
+
+_CHOOSES_PACKER = """
+from .rows import pack_fused, pack_hidden, pack_plain
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    pack = pack_fused if self.fused else {other}
+    pack(self.model.model, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+
 _ENTER_REUSE = """
 class DraftBase:
     def _enter_reuse(self):
@@ -173,7 +202,9 @@ class SkipTopkWithoutCompaction(Rule):
 
     ## Which orderings it proves
     The rule walks every path of the function's control flow (branches, loops, `try`,
-    `return` (through the `finally` blocks around it), short-circuit operators) backwards from the switch to the previous forward and
+    `return` (through the `finally` blocks around it), short-circuit operators, whose
+    operands are conditions too: `if not reuse or compact(rows):` compacts wherever `reuse`
+    holds) backwards from the switch to the previous forward and
     forwards to the next one. The switch is fine when a compaction lies on every path into it,
     or on every path out of it. A *forward* is a call of the switch's receiver or an object it
     hangs off (`self.model(...)` for `self.model.model`, also through a local alias), a call
@@ -182,7 +213,8 @@ class SkipTopkWithoutCompaction(Rule):
     A *compaction* is the `compaction-method` called on the same model (or an owner of it), or
     a call of a project function that compacts (any module, through imports, `self`, the class
     of `self.x`, `functools.partial` bindings, the `__call__` of a project class's instance
-    (`self.compactor(rows)`), up to `helper-depth` calls deep). A project
+    (`self.compactor(rows)`), a local bound to a choice of two that both compact (`pack =
+    pack_fused if fused else pack_plain`), up to `helper-depth` calls deep). A project
     function compacts when it calls `compaction-method` or gathers the rows of a buffer named
     like `topk-buffers` in place, under any name of its own: `buf[:n].copy_(buf[idx])`,
     `buf[:n] = buf[idx]`, `buf[:n] = buf.index_select(0, idx)`,
@@ -316,6 +348,10 @@ class SkipTopkWithoutCompaction(Rule):
     - A switch in the `__enter__` of a context-manager class, and switches called out of a
       container of callables (`self._hooks[phase]()`): the `with` statements and the lookups
       that run them are not read as their callers.
+    - A step counter the switch is not under: a switch before `for step in range(1, n):`
+      with `if step == 1: compact(...)` at the top of the loop, and a `while` loop's own
+      counter (`step += 1`), are read without their values (the compaction covers only
+      some iterations, so the switch is reported).
     - Step 0 and the reusing steps in two methods that only the framework calls, one after the
       other (`prepare()` runs step 0 and switches, `run_steps()` runs the rest): the source
       does not show that a draft step follows the switch.
@@ -373,6 +409,22 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # A short circuit decides the compaction: it runs wherever reuse was switched on.
+        Valid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    reuse = self.share and self.num_steps > 1
+    if reuse:
+        self.model.model.set_skip_topk(True)
+    if not reuse or self.model.model.compact_topk_indices(token_indices_to_sample):
+        log_step(0)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
+        # A local bound to a choice of two helpers, each of which compacts.
+        Valid(_CHOOSES_PACKER.replace("{other}", "pack_plain"), files={"rows.py": _PACKERS}),
         # The hook's answer kept in a local of the base class's `propose()`, then tested.
         Valid(
             """
@@ -1924,6 +1976,21 @@ def propose(self, token_indices_to_sample):
             line=6,
             files={"rows.py": "def pack_rows(model, rows):\n    model.compact_topk_indices(rows)\n"},
         ),
+        # A short circuit under a narrower condition: without `self.fused`, no compaction.
+        Invalid(
+            """
+def propose(self, rows):
+    hidden = self.model(**self.inputs)
+    if self.share:
+        self.model.model.set_skip_topk(True)
+        self.fused and self.model.model.compact_topk_indices(rows)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=4,
+        ),
+        # A choice of two helpers, one of which gathers the hidden states instead.
+        Invalid(_CHOOSES_PACKER.replace("{other}", "pack_hidden"), line=5, files={"rows.py": _PACKERS}),
     ]
 
 

@@ -242,7 +242,8 @@ class StaleDerivedMetadata(Rule):
     from it.
 
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
-    `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, or through one
+    `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`,
+    `torch.clamp(X.seq_lens[:n] + k, max=m)` into its rows, or through one
     local: `new = X.seq_lens + k; X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`,
     an advance of some rows (`X.seq_lens[idx] = X.seq_lens[idx] + k`,
     `X.seq_lens.index_copy_(0, idx, X.seq_lens[idx] + k)`, `X.seq_lens.index_add_(0, idx, src)`,

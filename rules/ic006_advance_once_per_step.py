@@ -85,7 +85,7 @@ class AdvanceOncePerStep(Rule):
 
     *Advances.* An event of one iteration of the innermost group loop around it that moves a
     field or local named in `advanced-fields` forward: `+= k`, `= x + k` (also capped:
-    `min(x + 1, limit)`), `add_`, `copy_(x + k)`, `torch.add(x, k, out=x)`; a call of an
+    `min(x + 1, limit)`, `torch.clamp(x[:n] + 1, max=m)`), `add_`, `copy_(x + k)`, `torch.add(x, k, out=x)`; a call of an
     `input-advancing-calls` function (a kernel), or of a project function that makes one of
     these, itself or in the helpers it calls (`helper-depth` deep, through `self`, imports,
     base classes), or of a function of any module that advances a tensor it is handed as one
@@ -878,6 +878,22 @@ def build_per_layer(self, common_attn_metadata):
 """,
             line=7,
             message_contains="last group's metadata only",
+        ),
+        # Rows of the shared positions moved under a cap, once per group.
+        Invalid(
+            """
+import torch
+
+def build_group_metadata(self, common_attn_metadata, num_reqs):
+    out = []
+    for gid, group in enumerate(self.kv_cache_groups):
+        self.input_buffers.positions[:num_reqs] = torch.clamp(
+            self.input_buffers.positions[:num_reqs] + 1, max=self.max_model_len - 1
+        )
+        out.append(group.builder.build_for_drafting(common_attn_metadata, gid))
+    return out
+""",
+            line=6,
         ),
     ]
 

@@ -333,6 +333,22 @@ def class_facts(node: ast.ClassDef, qual: str, methods: Iterable[str] = ()) -> C
 _INPLACE_ADD = {"add_": "add_", "sub_": "sub_"}
 
 
+# calls that keep a value within bounds: a capped advance is still an advance
+_CAPS = frozenset({"min", "max", "clamp", "clip", "minimum", "maximum", "clamp_max", "clamp_min"})
+
+
+def uncapped(value: ast.AST | None) -> ast.AST | None:
+    """The moved value inside a cap (`min(x + 1, limit)`, `torch.clamp(x + 1, max=m)`,
+    `(x + 1).clamp(max=m)`); `value` itself otherwise."""
+    if isinstance(value, ast.Call) and last_name(value.func) in _CAPS:
+        if isinstance(value.func, ast.Attribute) and isinstance(value.func.value, ast.BinOp):
+            return value.func.value
+        moved = [a for a in value.args if isinstance(a, ast.BinOp)]
+        if len(moved) == 1:
+            return moved[0]
+    return value
+
+
 def _delta(value: ast.AST, target_src: str | None) -> int | None:
     """+k/-k when `value` is `<target_src> + k` / `- k` (k a literal int)."""
     if not isinstance(value, ast.BinOp) or target_src is None:
@@ -570,7 +586,7 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                     elif value is not None:
                         src = ref(t)
                         facts.stores.append(
-                            StoreFact(tref, t.attr, "=", sub.lineno, sub.col_offset, ref(value), _delta(value, src))
+                            StoreFact(tref, t.attr, "=", sub.lineno, sub.col_offset, ref(value), _delta(uncapped(value), src))
                         )
                         if self_name is not None and tref == self_name:
                             how = _self_attr(value)
@@ -586,10 +602,12 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                     holder = t.value
                     op = "+=" if isinstance(sub.op, ast.Add) else ("-=" if isinstance(sub.op, ast.Sub) else "op=")
                     facts.stores.append(StoreFact(ref(holder.value), holder.attr, op, sub.lineno, sub.col_offset))
-                elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and isinstance(value, ast.BinOp):
+                elif isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute) and isinstance(uncapped(value), ast.BinOp):
                     # `x.positions[:n] = x.positions[:n] + 1`: rows of the field, moved by the amount
+                    # (also capped: `torch.clamp(x.positions[:n] + 1, max=m)`)
                     holder = t.value
-                    old = ast.BinOp(left=_unsliced(value.left), op=value.op, right=value.right)
+                    moved = uncapped(value)
+                    old = ast.BinOp(left=_unsliced(moved.left), op=moved.op, right=moved.right)
                     delta = _delta(old, ref(holder))
                     if delta is not None:
                         facts.stores.append(StoreFact(ref(holder.value), holder.attr, "rows=", sub.lineno, sub.col_offset, None, delta))

@@ -28,7 +28,7 @@ from functools import lru_cache
 from typing import Callable, Iterator
 
 from ..globs import name_matcher, required_literals
-from .facts import CallFact, annotation_ref, child_nodes, last_name, ref, returns_own_class, target_names, walk_local
+from .facts import CallFact, annotation_ref, child_nodes, last_name, ref, returns_own_class, target_names, uncapped, walk_local
 from .flow import ENTRY, Flow
 from .needs import AnyLiteral, Names, Need, PerText, Words
 from .objects import bound_value, canonical, carries, copy_of
@@ -336,7 +336,8 @@ def store_writes(target: ast.AST, stmt: ast.AST, aliases: dict[str, str]) -> lis
         # the rows from the whole tensor (`x.a[:] = x.a + k`, a builder's own adjustment):
         # no direction
         value = getattr(stmt, "value", None)
-        sign = direction(value, old, aliases) if _adds_to_rows(value) else None
+        # (also capped: `x.a[:n] = torch.clamp(x.a[:n] + 1, max=m)`)
+        sign = direction(value, old, aliases) if _adds_to_rows(uncapped(value)) else None
     else:
         sign = direction(getattr(stmt, "value", None), old, aliases)
     return [FieldWrite(obj, holder.attr, "set", sign, stmt, subscript)]

@@ -143,12 +143,16 @@ class Flow:
             self.by_call[id(expr)] = idx
             return self._chain(preds, idx)
         if isinstance(expr, ast.BoolOp):
+            # `a or b` leaves after `a` when `a` is true, and reads `b` when it is false (`and`
+            # the other way round): each way is a branch, whose condition a search can decide
+            # (`if not reuse or compact(rows):` compacts wherever reuse is on)
+            leaves_when = isinstance(expr.op, ast.Or)
             preds = self._expr(expr.values[0], preds)
-            out = set(preds)
-            for value in expr.values[1:]:
-                preds = self._expr(value, preds)
-                out |= preds
-            return out
+            out: set[int] = set()
+            for prev, value in zip(expr.values, expr.values[1:]):
+                out |= self._branch(prev, leaves_when, preds)
+                preds = self._expr(value, self._branch(prev, not leaves_when, preds))
+            return out | preds
         if isinstance(expr, ast.IfExp):
             preds = self._expr(expr.test, preds)
             return self._expr(expr.body, preds) | self._expr(expr.orelse, preds)

@@ -195,10 +195,19 @@ class Window:
             target = self.summaries.function_for(self.summaries.resolve(fn, callee, self_cls))
         if target is None and fn is not None and callee is not None and "." not in callee:
             # `step = self._fused_decode if fused else self._decode; step(...)`: either method
+            verdicts = []
             for alt in either_of(flow.func, callee):
                 t = self.summaries.function_for(self.summaries.resolve(fn, alt, self_cls))
-                if t is not None and rule.forwards(self.summaries, t, self_cls if alt.startswith("self.") else t.owner()):
+                owner = self_cls if alt.startswith("self.") else (t.owner() if t is not None else None)
+                if t is not None and rule.forwards(self.summaries, t, owner):
                     return "fwd"
+                if t is not None:
+                    first, last = self.effect(t, owner, call, self._known_for(flow))
+                    verdicts.append(first if forward else last)
+                else:
+                    verdicts.append(None)
+            if verdicts and all(v == "hit" for v in verdicts):
+                return "hit"  # both helpers compact (`pack = fused if ok else plain; pack(m, rows)`)
         if target is None and fn is not None and callee is not None:
             # `self.compactor(rows)`: an instance of a project class whose `__call__` it defines
             # (a model's call is its forward, judged above by its owner or name)
