@@ -116,6 +116,17 @@ def propose(self, token_indices_to_sample):
         hidden = self.model(**self.inputs)
 """
 
+# The switch after step 0, then the reuse steps counted from 1, compacting at the top of one.
+_COUNTED_FROM_ONE = """
+def propose(self, rows):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    for step in range(1, self.num_steps):
+        if step == {k}:
+            self.model.model.compact_topk_indices(rows)
+        hidden = self.model(**self.inputs)
+"""
+
 _ENTER_REUSE = """
 class DraftBase:
     def _enter_reuse(self):
@@ -284,7 +295,9 @@ class SkipTopkWithoutCompaction(Rule):
     previous iteration's forward is reached over the back edge. A switch under `step == K` (or
     `not step`) in `for step in range(...)` is followed through the rest of step K and then
     through step K + 1 with the counter known: `if step == 1: compact(...)` at the top of the
-    loop runs before step 1's forward, `if step == 2:` does not.
+    loop runs before step 1's forward, `if step == 2:` does not. A switch before such a loop
+    is followed into its first iteration with the counter at its first value (`for step in
+    range(1, n):` then `if step == 1: compact(...)` first thing in the body).
 
     The switch's own function is judged for what every call of it the source shows passes:
     a helper `enter_reuse(model, rows=None)` that compacts under `if rows is not None:` is
@@ -348,10 +361,8 @@ class SkipTopkWithoutCompaction(Rule):
     - A switch in the `__enter__` of a context-manager class, and switches called out of a
       container of callables (`self._hooks[phase]()`): the `with` statements and the lookups
       that run them are not read as their callers.
-    - A step counter the switch is not under: a switch before `for step in range(1, n):`
-      with `if step == 1: compact(...)` at the top of the loop, and a `while` loop's own
-      counter (`step += 1`), are read without their values (the compaction covers only
-      some iterations, so the switch is reported).
+    - A `while` loop's own counter (`step += 1`) is read without its values: a compaction
+      under `if step == 1:` there covers only some iterations, so the switch is reported.
     - Step 0 and the reusing steps in two methods that only the framework calls, one after the
       other (`prepare()` runs step 0 and switches, `run_steps()` runs the rest): the source
       does not show that a draft step follows the switch.
@@ -409,6 +420,8 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # The loop after the switch counts from 1: `if step == 1:` runs before its first forward.
+        Valid(_COUNTED_FROM_ONE.replace("{k}", "1")),
         # A short circuit decides the compaction: it runs wherever reuse was switched on.
         Valid(
             """
@@ -1991,6 +2004,8 @@ def propose(self, rows):
         ),
         # A choice of two helpers, one of which gathers the hidden states instead.
         Invalid(_CHOOSES_PACKER.replace("{other}", "pack_hidden"), line=5, files={"rows.py": _PACKERS}),
+        # The same loop compacting at `step == 2`: step 1 has read the per-token rows.
+        Invalid(_COUNTED_FROM_ONE.replace("{k}", "2"), line=3),
     ]
 
 

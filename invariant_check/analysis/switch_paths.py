@@ -543,6 +543,9 @@ class Window:
         flow = self.flow
         counted = loop_counter_at(flow, idx)
         if counted is None:
+            ahead = [c for c in (counted_loop(loop) for loop in flow.loops) if c is not None and idx not in c[0].members]
+            if ahead:
+                return self._search_into_loops(idx, stop, known, ahead)
             return flow.search(idx, True, stop, known, self._assume)
         loop, counter, value = counted
         out: dict[str, list[list[int]]] = {}
@@ -564,6 +567,36 @@ class Window:
             if not wrapped:
                 break
             starts = [loop.head]
+        return out
+
+    def _search_into_loops(self, idx: int, stop, known: dict[str, bool], ahead) -> dict[str, list[list[int]]]:
+        """The paths after a switch that a counted loop follows (`for step in range(1, n):`):
+        up to the loop, then through its first iteration with the counter at its first value
+        (`if step == 1: compact(...)` at the top runs before that step's forward), then on
+        with the counter unknown."""
+        flow = self.flow
+        heads = {loop.head: (loop, counter, first) for loop, counter, first in ahead}
+        out: dict[str, list[list[int]]] = {}
+
+        def merge(found):
+            for verdict, paths in found.items():
+                out.setdefault(verdict, []).extend(paths)
+
+        found = flow.search(idx, True, lambda n: "enter" if n.index in heads else stop(n), known, self._assume)
+        entered = {p[-1] for p in found.pop("enter", [])}
+        merge(found)
+        for head in sorted(entered):
+            loop, counter, first = heads[head]
+
+            def assume(atom, v=first, c=counter):
+                got = counter_test(atom[0], c, v, known)
+                return got if got is not None else self._assume(atom)
+
+            once = flow.search(head, True, lambda n, h=head: "wrap" if n.index == h else stop(n), known, assume)
+            wrapped = once.pop("wrap", None)
+            merge(once)
+            if wrapped:
+                merge(flow.search(head, True, stop, known, self._assume))
         return out
 
     def _from_callers(self) -> dict[str, bool]:
@@ -918,6 +951,28 @@ def loop_counter_at(flow: Flow, idx: int):
                         and type(right.value) is int:
                     return loop, counter, right.value
     return None
+
+
+def counted_loop(loop) -> tuple | None:
+    """(loop, counter, its first value) of a `for <counter> in range(...)` counting up by
+    one, its counter not bound anew in its body; None for any other loop."""
+    node = loop.node
+    if not (isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name)):
+        return None
+    it = node.iter
+    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords and it.args):
+        return None
+    if len(it.args) == 3 and not (isinstance(it.args[2], ast.Constant) and it.args[2].value == 1):
+        return None
+    if len(it.args) == 1:
+        first = 0
+    elif isinstance(it.args[0], ast.Constant) and type(it.args[0].value) is int:
+        first = it.args[0].value
+    else:
+        return None
+    if node.target.id in _assigned_in(node):
+        return None
+    return loop, node.target.id, first
 
 
 def _assigned_in(loop: ast.AST) -> set[str]:
