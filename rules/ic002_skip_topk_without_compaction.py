@@ -127,6 +127,19 @@ def propose(self, rows):
         hidden = self.model(**self.inputs)
 """
 
+# A `while` loop keeping its own step counter: step 0 switches after its forward.
+_WHILE_STEPS = """
+def propose(self, rows):
+    step = 0
+    while step < self.num_steps:
+        if step == {k}:
+            self.model.model.compact_topk_indices(rows)
+        hidden = self.model(**self.inputs)
+        if step == 0:
+            self.model.model.set_skip_topk(True)
+        step += 1
+"""
+
 _ENTER_REUSE = """
 class DraftBase:
     def _enter_reuse(self):
@@ -297,7 +310,9 @@ class SkipTopkWithoutCompaction(Rule):
     through step K + 1 with the counter known: `if step == 1: compact(...)` at the top of the
     loop runs before step 1's forward, `if step == 2:` does not. A switch before such a loop
     is followed into its first iteration with the counter at its first value (`for step in
-    range(1, n):` then `if step == 1: compact(...)` first thing in the body).
+    range(1, n):` then `if step == 1: compact(...)` first thing in the body). A `while` loop
+    whose body ends with `step += 1` (and binds `step` nowhere else) counts as such a loop for
+    a switch inside it.
 
     The switch's own function is judged for what every call of it the source shows passes:
     a helper `enter_reuse(model, rows=None)` that compacts under `if rows is not None:` is
@@ -361,8 +376,6 @@ class SkipTopkWithoutCompaction(Rule):
     - A switch in the `__enter__` of a context-manager class, and switches called out of a
       container of callables (`self._hooks[phase]()`): the `with` statements and the lookups
       that run them are not read as their callers.
-    - A `while` loop's own counter (`step += 1`) is read without its values: a compaction
-      under `if step == 1:` there covers only some iterations, so the switch is reported.
     - Step 0 and the reusing steps in two methods that only the framework calls, one after the
       other (`prepare()` runs step 0 and switches, `run_steps()` runs the rest): the source
       does not show that a draft step follows the switch.
@@ -420,6 +433,8 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # A `while` loop's own counter (`step += 1` last in its body) is read as a `for`'s is.
+        Valid(_WHILE_STEPS.replace("{k}", "1")),
         # The loop after the switch counts from 1: `if step == 1:` runs before its first forward.
         Valid(_COUNTED_FROM_ONE.replace("{k}", "1")),
         # A short circuit decides the compaction: it runs wherever reuse was switched on.
@@ -2006,6 +2021,8 @@ def propose(self, rows):
         Invalid(_CHOOSES_PACKER.replace("{other}", "pack_hidden"), line=5, files={"rows.py": _PACKERS}),
         # The same loop compacting at `step == 2`: step 1 has read the per-token rows.
         Invalid(_COUNTED_FROM_ONE.replace("{k}", "2"), line=3),
+        # The same `while` loop compacting at `step == 2`: step 1 has read the per-token rows.
+        Invalid(_WHILE_STEPS.replace("{k}", "2"), line=8),
     ]
 
 

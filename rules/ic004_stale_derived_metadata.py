@@ -206,8 +206,8 @@ class StaleDerivedMetadata(Rule):
     (`invariant-check derivations` prints the table, each entry with the line that shows it):
     - a *memo*: a method of the class tests `self._x`, fills it from other fields and returns
       it once set (`compute_num_computed_tokens()`, a property caching `_seq_lens_cpu`), or a
-      `functools.cached_property` reading other fields (reset by `del md.name` or
-      `md.__dict__.pop("name", None)`; a copy through the constructor, `replace(...)`, starts
+      `functools.cached_property` reading other fields (reset by `del md.name`, also under
+      `if "name" in md.__dict__:`, or `md.__dict__.pop("name", None)`; a copy through the constructor, `replace(...)`, starts
       without it). A memo
       is exact: any change of a field it was filled from stales it, a decrement or a new
       layout (`X.query_start_loc = ...`, `X.num_actual_tokens = n`) included;
@@ -958,6 +958,35 @@ class TokenLayout:
 def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
     md.query_start_loc = arange[: batch_size + 1]
     md.__dict__.pop("req_of_token", None)
+    for _ in range(num_steps):
+        run_draft(md)
+"""
+        ),
+        # The same memo dropped only where it holds a value: `"name" in md.__dict__` is the
+        # presence test of a `cached_property`.
+        Valid(
+            """
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass
+class TokenLayout:
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+
+    @cached_property
+    def req_of_token(self) -> torch.Tensor:
+        counts = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+
+def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
+    md.query_start_loc = arange[: batch_size + 1]
+    if "req_of_token" in md.__dict__:
+        del md.req_of_token
     for _ in range(num_steps):
         run_draft(md)
 """

@@ -1288,7 +1288,7 @@ def _must_write(summaries: Summaries, fn: FunctionInfo, index: int, names: froze
 
 def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
     """A `Flow.search` assumption: tests that the field is there (`obj.f is not None`,
-    `obj.f`, `hasattr(obj, "f")`) hold."""
+    `obj.f`, `hasattr(obj, "f")`, `"f" in obj.__dict__` for a cached property) hold."""
 
     def is_field(expr: ast.AST) -> bool:
         # also tested on the object a copy was made from (same value until one is written)
@@ -1311,6 +1311,13 @@ def presence(obj: str, names: frozenset[str], aliases: dict[str, str]):
                     return True
                 if isinstance(expr.ops[0], ast.Is):
                     return False
+        if (
+            isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], ast.In)
+            and isinstance(expr.left, ast.Constant) and expr.left.value in names
+            and isinstance(expr.comparators[0], ast.Attribute) and expr.comparators[0].attr == "__dict__"
+            and canonical(ref(expr.comparators[0].value), aliases) == obj
+        ):
+            return True  # `"name" in md.__dict__`: a `cached_property` holds a value
         if (
             isinstance(expr, ast.Call)
             and isinstance(expr.func, ast.Name)

@@ -925,16 +925,21 @@ def loop_counter_at(flow: Flow, idx: int):
         return None
     loop = loops[-1]
     node = loop.node
-    if not (isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name)):
-        return None
-    it = node.iter
-    if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
-        return None
-    if len(it.args) == 3 and not (isinstance(it.args[2], ast.Constant) and it.args[2].value == 1):
-        return None
-    counter = node.target.id
-    if counter in _assigned_in(node):
-        return None  # rebound in the body: not the step number
+    if isinstance(node, ast.While):
+        counter = _while_counter(node)
+        if counter is None:
+            return None
+    else:
+        if not (isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name)):
+            return None
+        it = node.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
+            return None
+        if len(it.args) == 3 and not (isinstance(it.args[2], ast.Constant) and it.args[2].value == 1):
+            return None
+        counter = node.target.id
+        if counter in _assigned_in(node):
+            return None  # rebound in the body: not the step number
     for source, polarity in flow.nodes[idx].conds:
         if source == counter and polarity is False:
             return loop, counter, 0
@@ -951,6 +956,18 @@ def loop_counter_at(flow: Flow, idx: int):
                         and type(right.value) is int:
                     return loop, counter, right.value
     return None
+
+
+def _while_counter(node: ast.While) -> str | None:
+    """The counter of a `while` loop whose body ends with `<counter> += 1` and binds it
+    nowhere else (each iteration is then one value of it, as in `for ... in range(...)`)."""
+    last = node.body[-1] if node.body else None
+    if not (isinstance(last, ast.AugAssign) and isinstance(last.target, ast.Name) and isinstance(last.op, ast.Add)
+            and isinstance(last.value, ast.Constant) and last.value.value == 1):
+        return None
+    counter = last.target.id
+    rest = ast.While(test=node.test, body=node.body[:-1], orelse=[])
+    return None if counter in _assigned_in(rest) or node.orelse else counter
 
 
 def counted_loop(loop) -> tuple | None:
