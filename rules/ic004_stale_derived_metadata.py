@@ -207,10 +207,10 @@ class StaleDerivedMetadata(Rule):
     - a *memo*: a method of the class tests `self._x`, fills it from other fields and returns
       it once set (`compute_num_computed_tokens()`, a property caching `_seq_lens_cpu`), or a
       `functools.cached_property` reading other fields (reset by `del md.name`, also under
-      `if "name" in md.__dict__:`, or `md.__dict__.pop("name", None)`; a copy through the constructor, `replace(...)`, starts
-      without it). A memo
-      is exact: any change of a field it was filled from stales it, a decrement or a new
-      layout (`X.query_start_loc = ...`, `X.num_actual_tokens = n`) included;
+      `if "name" in md.__dict__:`, or `md.__dict__.pop("name", None)`; a copy through the
+      constructor, `replace(...)`, starts without it). A memo is exact: any change of a field
+      it was filled from stales it, a decrement or a new layout (`X.query_start_loc = ...`,
+      `X.num_actual_tokens = n`) included;
     - a field a constructor, a factory or a `replace(...)` sets from the value it gives
       another (`seq_lens=s, max_seq_len=int(s.max())`, `dcp_local_seq_lens=` computed from
       the `seq_lens` it is given; a host copy, `kv_lens_cpu=kv_lens.to("cpu")`), or a
@@ -242,12 +242,11 @@ class StaleDerivedMetadata(Rule):
     from it.
 
     An *advance* is `X.seq_lens += k`, `X.seq_lens[:n] += k`, `X.seq_lens.add_(k)`,
-    `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`,
-    `torch.clamp(X.seq_lens[:n] + k, max=m)` into its rows, or through one
-    local: `new = X.seq_lens + k; X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`,
-    an advance of some rows (`X.seq_lens[idx] = X.seq_lens[idx] + k`,
-    `X.seq_lens.index_copy_(0, idx, X.seq_lens[idx] + k)`, `X.seq_lens.index_add_(0, idx, src)`,
-    `scatter_add_`, `index_put_(..., accumulate=True)`),
+    `X.seq_lens = X.seq_lens + k` (also capped: `min(X.seq_lens + k, limit)`, into rows
+    `torch.clamp(X.seq_lens[:n] + k, max=m)`, or through one local: `new = X.seq_lens + k;
+    X.seq_lens = new`), `X.seq_lens.copy_(X.seq_lens + k)`, an advance of some rows
+    (`X.seq_lens[idx] = X.seq_lens[idx] + k`, `X.seq_lens.index_copy_(0, idx, X.seq_lens[idx] + k)`,
+    `X.seq_lens.index_add_(0, idx, src)`, `scatter_add_`, `index_put_(..., accumulate=True)`),
     `torch.clamp(X.seq_lens + k, max=m, out=X.seq_lens)`, a copy
     `replace(X, seq_lens=X.seq_lens + k)` / `X.replace(...)` / `dataclasses.replace(...)`,
     a new object built from the advanced value with the old derived values copied in
