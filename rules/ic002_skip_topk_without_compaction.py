@@ -140,6 +140,18 @@ def propose(self, rows):
         step += 1
 """
 
+# A step that hands the sampled rows to a helper of another module (`rows.py`).
+_SQUEEZES = """
+from .rows import squeeze_shared_rows
+
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    squeeze_shared_rows(self.model, token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+
 _ENTER_REUSE = """
 class DraftBase:
     def _enter_reuse(self):
@@ -471,16 +483,7 @@ class MLADrafter(DrafterBase):
         Valid(_GETATTR_SWITCH.replace("{then}", "\n            self.model.model.compact_topk_indices(sampled)")),
         # The helper gathers the buffers another helper yields (a generator over the layers).
         Valid(
-            """
-from .rows import squeeze_shared_rows
-
-def propose(self, token_indices_to_sample):
-    hidden = self.model(**self.inputs)
-    self.model.model.set_skip_topk(True)
-    squeeze_shared_rows(self.model, token_indices_to_sample)
-    for _ in range(self.num_steps - 1):
-        hidden = self.model(**self.inputs)
-""",
+            _SQUEEZES,
             files={
                 "rows.py": """
 def _shared_buffers(model):
@@ -1959,16 +1962,7 @@ class MLADrafter(DrafterBase):
         ),
         # The helper's generator yields the hidden-state buffers, not the top-k indices.
         Invalid(
-            """
-from .rows import squeeze_shared_rows
-
-def propose(self, token_indices_to_sample):
-    hidden = self.model(**self.inputs)
-    self.model.model.set_skip_topk(True)
-    squeeze_shared_rows(self.model, token_indices_to_sample)
-    for _ in range(self.num_steps - 1):
-        hidden = self.model(**self.inputs)
-""",
+            _SQUEEZES,
             line=5,
             files={
                 "rows.py": """

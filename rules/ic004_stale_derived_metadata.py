@@ -15,6 +15,33 @@ from invariant_check.api.rule import Report, Rule
 from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 
+# A layout class with a `cached_property` memo, and a step that rewrites the layout, then
+# drops the memo as `{reset}` says.
+_TOKEN_LAYOUT_STEP = """
+from dataclasses import dataclass
+from functools import cached_property
+
+import torch
+
+
+@dataclass
+class TokenLayout:
+    query_start_loc: torch.Tensor
+    seq_lens: torch.Tensor
+
+    @cached_property
+    def req_of_token(self) -> torch.Tensor:
+        counts = self.query_start_loc[1:] - self.query_start_loc[:-1]
+        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
+
+
+def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
+    md.query_start_loc = arange[: batch_size + 1]
+{reset}
+    for _ in range(num_steps):
+        run_draft(md)
+"""
+
 # A class of its own whose factory keeps the lengths from before the step (`orig_seq_lens`).
 _SNAPSHOT_INPUTS = """
 from dataclasses import dataclass
@@ -936,59 +963,12 @@ def draft(md: PagedMeta, num_steps: int):
         # The `cached_property`'s value is dropped once the layout changes (or `del
         # md.req_of_token` where it is known to be set): the next read computes it again.
         Valid(
-            """
-from dataclasses import dataclass
-from functools import cached_property
-
-import torch
-
-
-@dataclass
-class TokenLayout:
-    query_start_loc: torch.Tensor
-    seq_lens: torch.Tensor
-
-    @cached_property
-    def req_of_token(self) -> torch.Tensor:
-        counts = self.query_start_loc[1:] - self.query_start_loc[:-1]
-        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
-
-
-def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
-    md.query_start_loc = arange[: batch_size + 1]
-    md.__dict__.pop("req_of_token", None)
-    for _ in range(num_steps):
-        run_draft(md)
-"""
+            _TOKEN_LAYOUT_STEP.replace("{reset}\n", '    md.__dict__.pop("req_of_token", None)\n')
         ),
         # The same memo dropped only where it holds a value: `"name" in md.__dict__` is the
         # presence test of a `cached_property`.
         Valid(
-            """
-from dataclasses import dataclass
-from functools import cached_property
-
-import torch
-
-
-@dataclass
-class TokenLayout:
-    query_start_loc: torch.Tensor
-    seq_lens: torch.Tensor
-
-    @cached_property
-    def req_of_token(self) -> torch.Tensor:
-        counts = self.query_start_loc[1:] - self.query_start_loc[:-1]
-        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
-
-
-def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
-    md.query_start_loc = arange[: batch_size + 1]
-    if "req_of_token" in md.__dict__:
-        del md.req_of_token
-    for _ in range(num_steps):
-        run_draft(md)
-"""
+            _TOKEN_LAYOUT_STEP.replace("{reset}\n", '    if "req_of_token" in md.__dict__:\n        del md.req_of_token\n')
         ),
         # The step advances the bound with the lengths, as the module's helpers do.
         Valid(
@@ -1649,29 +1629,7 @@ def draft(md: PagedMeta, num_steps: int):
         # A `functools.cached_property` is a memo too: its first read keeps the token-to-request
         # map on the object, and the new query offsets never reach it.
         Invalid(
-            """
-from dataclasses import dataclass
-from functools import cached_property
-
-import torch
-
-
-@dataclass
-class TokenLayout:
-    query_start_loc: torch.Tensor
-    seq_lens: torch.Tensor
-
-    @cached_property
-    def req_of_token(self) -> torch.Tensor:
-        counts = self.query_start_loc[1:] - self.query_start_loc[:-1]
-        return torch.repeat_interleave(torch.arange(counts.numel()), counts)
-
-
-def draft(md: TokenLayout, arange: torch.Tensor, batch_size: int, num_steps: int):
-    md.query_start_loc = arange[: batch_size + 1]
-    for _ in range(num_steps):
-        run_draft(md)
-""",
+            _TOKEN_LAYOUT_STEP.replace("{reset}\n", ''),
             line=19,
             message_contains="`req_of_token`",
         ),

@@ -36,7 +36,7 @@ from .facts import FUNCS, last_name, ref, target_names, walk_local
 NEW = "<new>"  # a new object (a copy): no shared buffer
 UNKNOWN = "<unknown>"  # nothing tells what the name holds
 # what a call of another function yields or returns, as entries: `<entries of f>` for `for
-# buf in f(model)` (the project answers what `f` yields: `yielded_by`)
+# buf in f(model)` (the project answers what `f` yields: `handed_out`)
 ENTRIES_OF = "<entries of "
 VALUE_OF = "<value of "  # what a call returns: `buf = self._topk_buffer(layer)`
 DEPTH = 8
@@ -379,30 +379,21 @@ def made_by_call(held: str) -> tuple[str, str, str] | None:
     return None
 
 
-def returned_by(func: ast.AST) -> set[str]:
-    """The objects a function returns (`return layer.indexer.topk_indices_buffer`), as dotted
-    refs through its locals; copies and what cannot be told are left out."""
+def handed_out(func: ast.AST, kind: str) -> set[str]:
+    """The objects a function hands out, as dotted refs through its locals (copies and what
+    cannot be told left out): with `VALUE_OF`, what it returns (`return
+    layer.indexer.topk_indices_buffer`); with `ENTRIES_OF`, what it yields (`yield buf`,
+    `yield from bufs`) and the entries of what it returns (`return [l.indexer.topk_indices_buffer
+    for l in layers]`, a list it fills)."""
     values = LocalValues(func)
+    entries = kind == ENTRIES_OF
     out: set[str] = set()
     for sub in walk_local(func):
         if isinstance(sub, ast.Return) and sub.value is not None:
+            out |= (values._entries if entries else values._sources)(sub.value, DEPTH, frozenset())
+        elif entries and isinstance(sub, ast.Yield) and sub.value is not None:
             out |= values._sources(sub.value, DEPTH, frozenset())
-    return {h for h in out if not h.startswith("<")}
-
-
-def yielded_by(func: ast.AST) -> set[str]:
-    """The objects a function hands out as entries: what it yields (`yield
-    layer.indexer.topk_indices_buffer`, `yield from bufs`) and the entries of what it returns
-    (`return [l.indexer.topk_indices_buffer for l in layers]`, a list it fills), as dotted
-    refs through its locals; copies and what cannot be told are left out."""
-    values = LocalValues(func)
-    out: set[str] = set()
-    for sub in walk_local(func):
-        if isinstance(sub, ast.Yield) and sub.value is not None:
-            out |= values._sources(sub.value, DEPTH, frozenset())
-        elif isinstance(sub, ast.YieldFrom):
-            out |= values._entries(sub.value, DEPTH, frozenset())
-        elif isinstance(sub, ast.Return) and sub.value is not None:
+        elif entries and isinstance(sub, ast.YieldFrom):
             out |= values._entries(sub.value, DEPTH, frozenset())
     return {h for h in out if not h.startswith("<")}
 
@@ -514,4 +505,4 @@ def iter_gathers(func: ast.AST) -> Iterator[str]:
     return iter(seen)
 
 
-__all__ = ["ENTRIES_OF", "NEW", "VALUE_OF", "LocalValues", "made_by_call", "returned_by", "yielded_by", "gathered", "gathers_in", "held_ref", "iter_gathers", "makes_copy", "may_gather", "view_base"]
+__all__ = ["ENTRIES_OF", "NEW", "VALUE_OF", "LocalValues", "gathered", "gathers_in", "handed_out", "held_ref", "iter_gathers", "made_by_call", "makes_copy", "may_gather", "view_base"]

@@ -111,7 +111,7 @@ class Summaries:
         """The objects a call of `func` in `fn` hands out (`kind`: `gathers.ENTRIES_OF`, what
         it yields or the entries of what it returns; `gathers.VALUE_OF`, what it returns), as
         the callee spells them: empty when the callee is not a project function."""
-        from .gathers import ENTRIES_OF, returned_by, yielded_by
+        from .gathers import handed_out
 
         key = (fn.module.path, fn.qual, self_cls.name if self_cls else None, kind, func)
 
@@ -120,7 +120,7 @@ class Summaries:
             node = target.node() if target is not None else None
             if node is None:
                 return frozenset()
-            return frozenset(yielded_by(node) if kind == ENTRIES_OF else returned_by(node))
+            return frozenset(handed_out(node, kind))
 
         return self.project.tracker.memo(self._made, key, compute)
 
