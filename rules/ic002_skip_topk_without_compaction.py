@@ -12,9 +12,11 @@ from invariant_check.analysis.switch_paths import (
     Window,
     assumed_on,
     bound_switches,
+    calls_beyond_class,
     calls_in,
     called_through,
     dotted_aliases,
+    mixed_into,
     sampled_rows_name,
 )
 from invariant_check.analysis.topk import NONE, TopkNames, TopkRoles
@@ -199,6 +201,37 @@ class RowCounter:
 """
 
 
+
+# A mixin of a hardware fork whose hook the proposer's other base calls between step 0 and
+# the draft loop: in the proposer's instances `self.<name>` resolves through both bases.
+_REUSE_MIXIN_BASE = """
+class DraftBase:
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self._after_first_step(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+        self._after_draft(token_indices_to_sample)
+
+    def _after_first_step(self, rows):
+        pass
+
+    def _after_draft(self, rows):
+        pass
+
+    def _squeeze_rows(self, rows):
+        for layer in self.model.model.layers:
+            buf = layer.indexer.topk_indices_buffer
+            buf[: rows.numel()].copy_(buf[rows])
+"""
+_REUSE_MIXIN_PROPOSER = """
+from .base import DraftBase
+from .example import IndexReuseMixin
+
+class NpuMtpProposer(IndexReuseMixin, DraftBase):
+    pass
+"""
+
 class SkipTopkWithoutCompaction(Rule):
     """
     ## What it does
@@ -339,7 +372,11 @@ class SkipTopkWithoutCompaction(Rule):
     never call it, the methods of the project's subclasses that inherit it (a base class's
     helper called from a subclass's `propose()`: every such caller must cover it); the call
     sites of a module-level function across the project (through imports); and the function
-    a nested one is defined in. A function that returns a constant on every path after the
+    a nested one is defined in. A switch in a mixin (a class whose method calls `self.<name>`
+    that its own bases do not define, or whose callers are not in them) is judged for each
+    project class that mixes it in (`class NpuMtpProposer(IndexReuseMixin, DraftBase)`): there
+    `self.<name>` and the callers resolve through the whole MRO, sibling bases included, and
+    every such class must cover it. A function that returns a constant on every path after the
     switch (`set_skip_topk(True)`, then `return True`; falling off its end returns `None`)
     decides the caller's branch on its answer: `if self.begin_reuse(rows):
     self.compact(rows)` in the base class's `propose()` (or `reused =
@@ -445,6 +482,16 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # A mixin's switch, then its proposer's other base gathers the rows in place.
+        Valid(
+            """
+class IndexReuseMixin:
+    def _after_first_step(self, rows):
+        self.model.model.set_skip_topk(True)
+        self._squeeze_rows(rows)
+""",
+            files={"base.py": _REUSE_MIXIN_BASE, "mtp.py": _REUSE_MIXIN_PROPOSER},
+        ),
         # A `while` loop's own counter (`step += 1` last in its body) is read as a `for`'s is.
         Valid(_WHILE_STEPS.replace("{k}", "1")),
         # The loop after the switch counts from 1: `if step == 1:` runs before its first forward.
@@ -2017,6 +2064,19 @@ def propose(self, rows):
         Invalid(_COUNTED_FROM_ONE.replace("{k}", "2"), line=3),
         # The same `while` loop compacting at `step == 2`: step 1 has read the per-token rows.
         Invalid(_WHILE_STEPS.replace("{k}", "2"), line=8),
+        # The same mixin compacting in the hook the base calls after the draft loop.
+        Invalid(
+            """
+class IndexReuseMixin:
+    def _after_first_step(self, rows):
+        self.model.model.set_skip_topk(True)
+
+    def _after_draft(self, rows):
+        self.model.model.compact_topk_indices(rows)
+""",
+            line=3,
+            files={"base.py": _REUSE_MIXIN_BASE, "mtp.py": _REUSE_MIXIN_PROPOSER},
+        ),
     ]
 
 
@@ -2072,6 +2132,15 @@ def propose(self, rows):
                 continue  # in a lambda or nested scope
             window = Window(self.query, view, flow, call, made, assumed=assumed)
             verdict = window.judge(idx)
+            if window.owner is not None and view.info is not None and (
+                verdict.left_to_guard or verdict.unseen_callers or (not verdict.ok and calls_beyond_class(view.info, window.owner))
+            ):
+                # a mixin's switch runs in its subclasses' instances: judged there, where
+                # `self.<helper>` and the callers resolve through their sibling bases
+                subs = [Window(self.query, view, flow, call, made, assumed=assumed, owner=cls) for cls in mixed_into(window.owner, view.info)]
+                if subs:
+                    judged = [(w, w.judge(idx)) for w in subs]
+                    window, verdict = next(((w, v) for w, v in judged if not v.ok), judged[0])
             if verdict.ok:
                 continue
             if self.roles(view).of_receiver(view, window.receiver) == NONE:

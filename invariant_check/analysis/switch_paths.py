@@ -77,6 +77,8 @@ class Verdict:
     partial: list[str] = field(default_factory=list)  # compactions that miss some path
     via: list[str] = field(default_factory=list)  # callers the window went through
     left_to_guard: bool = False
+    # ok only because no caller shows what follows (no draft step after it in the source)
+    unseen_callers: bool = False
 
     def data(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -102,6 +104,7 @@ class Window:
         made: ast.Call | None = None,
         receiver: str | None = None,
         assumed: dict[str, bool] | None = None,
+        owner: ClassInfo | None = None,
     ) -> None:
         self.assumed = dict(assumed or {})  # what holds when the switch turns reuse on
         self.rule = rule
@@ -112,7 +115,8 @@ class Window:
         self.made = made
         self.summaries = view.ctx.summaries(rule.depth)
         self.receiver = receiver or (ref(made.func.value) if isinstance(made.func, ast.Attribute) else None)
-        self.owner = view.owner()
+        # `self`'s class: the switch's own, or a project subclass that mixes it in
+        self.owner = owner if owner is not None else view.owner()
         self.canon_receiver = canonical_name(self.receiver, dotted_aliases(view.node)) if self.receiver else None
         self._loop_hits: dict[tuple[int, int], bool] = {}
         self._effects: dict[tuple, tuple[str | None, str | None]] = {}
@@ -526,7 +530,7 @@ class Window:
             if forward and outcome == "unknown" and proposal:
                 # no draft step follows in this proposal (a test that flips the switch and
                 # asserts; a path that returns before the loop)
-                verdict.ok = True
+                verdict.ok = verdict.unseen_callers = True
                 return verdict
             if outcome == "unknown" and self._reachable_sibling_compacts():
                 verdict.ok = True
@@ -1217,6 +1221,46 @@ def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None, subclasse
                     yield method, node, call
     if subclasses and not found:
         yield from _subclass_sites(fn, owner, word)
+
+
+def calls_beyond_class(fn: FunctionInfo, owner: ClassInfo) -> bool:
+    """Whether `fn` calls a `self.<name>(...)` that no class of `owner`'s MRO defines: a
+    mixin's call of what its users' other bases provide."""
+    params = fn.facts.params
+    if not params:
+        return False
+    me = params[0] + "."
+    return any(c.ref == me + c.name and not owner.lookup(c.name)[2] for c in fn.facts.calls if c.ref)
+
+
+MIXED_INTO_LIMIT = 8  # subclasses a switch's window is judged for, at most
+
+
+def mixed_into(owner: ClassInfo, fn: FunctionInfo) -> list[ClassInfo]:
+    """The project's subclasses of `owner` that inherit `fn` (do not override it): in their
+    instances `self.<name>` resolves through their whole MRO, so a mixin's method calls its
+    sibling bases' methods, and their methods call it. A project-wide search for the class's
+    name; at most `MIXED_INTO_LIMIT`."""
+    project = owner.project
+    short = owner.qual.rsplit(".", 1)[-1]
+    word = Words(short)
+    out: list[ClassInfo] = []
+    seen: set[tuple[str, str]] = set()
+    for path in project.files_containing(short):
+        module = project.module_at(path)
+        for chunk in module.leaf_chunks(word):
+            for qual in module.chunk_facts(chunk).classes:
+                if qual.startswith("<") or (str(module.path), qual) in seen:
+                    continue
+                seen.add((str(module.path), qual))
+                cls = module.klass(qual)
+                if cls is None or owner.name not in {c.name for c in cls.classes()[1:]}:
+                    continue
+                if cls.method(fn.short) == fn:
+                    out.append(cls)
+                    if len(out) >= MIXED_INTO_LIMIT:
+                        return out
+    return out
 
 
 def _subclass_methods(owner: ClassInfo, name: str, word: Words) -> Iterator[tuple[ClassInfo, FunctionInfo]]:
