@@ -232,6 +232,36 @@ class NpuMtpProposer(IndexReuseMixin, DraftBase):
     pass
 """
 
+
+# A context manager class that switches reuse on for the body of a `with`.
+_REUSE_WINDOW = """
+class TopkReuseWindow:
+    def __init__(self, draft_model):
+        self.draft_model = draft_model
+
+    def __enter__(self):
+        self.draft_model.set_skip_topk(True)
+        return self
+
+    def __exit__(self, *exc):
+        self.draft_model.set_skip_topk(False)
+
+    def pack(self, rows):
+        self.draft_model.compact_topk_indices(rows)
+"""
+_WITH_REUSE_WINDOW = """
+from .example import TopkReuseWindow
+
+class MtpWorker:
+    def draft(self, batch, rows):
+        logits = self.draft_runner.forward(batch)
+        with TopkReuseWindow(self.draft_runner.model.model) as window:
+            {before}
+            for step in range(1, self.num_steps):
+                logits = self.draft_runner.forward(batch)
+                {after}
+"""
+
 class SkipTopkWithoutCompaction(Rule):
     """
     ## What it does
@@ -383,7 +413,10 @@ class SkipTopkWithoutCompaction(Rule):
     self.begin_reuse(rows)`, a local bound once, then `if reused:`) covers a hook that says
     `True`, and not one that returns nothing. In a `@contextmanager` generator, its `yield` is where the caller's `with` block
     runs: a switch before the `yield` is followed into that block (a compaction placed
-    after the block's first forward comes too late). A switch on a parameter of the function
+    after the block's first forward comes too late). Likewise a switch in a context manager
+    class's `__enter__` is followed into each `with Cls(...)` block of the project, and in
+    `with Cls(...) as window:` (an `__enter__` that returns `self`), `window.pack(rows)` is
+    the class's own method. A switch on a parameter of the function
     (`def enable_reuse(draft_model): draft_model.set_skip_topk(True)`) is, in each caller, a
     switch on the argument passed for it (`enable_reuse(self.model.model)`): a compaction of
     `self.model.model` there covers it, one of another model does not.
@@ -482,6 +515,8 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # A context manager class's `__enter__` switches; the block packs before its loop.
+        Valid(_REUSE_WINDOW, files={"worker.py": _WITH_REUSE_WINDOW.replace("{before}", "window.pack(rows)").replace("{after}", "pass")}),
         # A mixin's switch, then its proposer's other base gathers the rows in place.
         Valid(
             """
@@ -2076,6 +2111,12 @@ class IndexReuseMixin:
 """,
             line=3,
             files={"base.py": _REUSE_MIXIN_BASE, "mtp.py": _REUSE_MIXIN_PROPOSER},
+        ),
+        # The same `with` block packing after step 1's forward has read the per-token rows.
+        Invalid(
+            _REUSE_WINDOW,
+            line=6,
+            files={"worker.py": _WITH_REUSE_WINDOW.replace("{before}", "pass").replace("{after}", "window.pack(rows)")},
         ),
     ]
 

@@ -351,7 +351,13 @@ def snapshots_of(info) -> frozenset[tuple[str, str]]:
 
 def _snapshots_of(info) -> Iterator[tuple[str, str]]:
     for cls in info.classes():
-        for name in cls.facts.methods:
+        # no snapshot-named field spelled as a keyword or target: nothing to parse for
+        text = cls.module.source.text
+        if _SNAPSHOT_SPELLED.search(text) is None:
+            continue
+        chunks = cls.module.class_chunks(cls.qual)
+        methods = cls.facts.methods if any(_SNAPSHOT_SPELLED.search(text, c.start, c.end) for c in chunks) else ()
+        for name in methods:
             fn = cls.module.function(f"{cls.qual}.{name}")
             node = fn.node() if fn is not None else None
             if node is None:
@@ -670,6 +676,9 @@ def _transferred(expr: ast.AST) -> bool:
 _TRANSFERS = frozenset({"cpu", "cuda", "pin_memory"})
 # ... and the names of a snapshot, on any device: the values before the step, not a shadow
 _SNAPSHOT = ("orig", "prev", "old", "init", "saved", "original")
+# a field named as a snapshot (`_SNAPSHOT`, after leading underscores) bound by keyword or
+# assignment: the text every snapshot `_snapshots_of` reads must hold
+_SNAPSHOT_SPELLED = re.compile(r"(?<![\w])_*(?:%s)\w*\s*=(?!=)" % "|".join(_SNAPSHOT))
 
 
 def _same_tensor(expr: ast.AST) -> bool:

@@ -219,12 +219,43 @@ class Window:
             if inst is not None:
                 first, last = self.effect(inst[1], inst[0], call, self._known_for(flow))
                 return first if forward else last
+        if target is None and fn is not None and callee is not None and callee.count(".") == 1:
+            # `with TopkReuseWindow(model) as window: window.pack(rows)`: a method of the
+            # context manager, whose `__enter__` returns itself
+            held = self._entered(flow, fn, callee.split(".", 1)[0], self_cls)
+            method = held.method(callee.split(".", 1)[1]) if held is not None else None
+            if method is not None:
+                first, last = self.effect(method, held, call, self._known_for(flow))
+                return first if forward else last
         if target is None:
             return "fwd" if name in rule.forward_names else None
         sub_self = self_cls if (callee.startswith("self.") and callee.count(".") == 1) or callee.startswith("super().") else target.owner()
         self._caller_of[id(call)] = flow.func
         first, last = self.effect(target, sub_self, call, self._known_for(flow))
         return first if forward else last
+
+    def _entered(self, flow: Flow, fn: FunctionInfo, name: str, self_cls: ClassInfo | None) -> ClassInfo | None:
+        """The project class of `with Cls(...) as name:` in the flow's function, where the
+        class's `__enter__` returns `self` (so `name` is the instance)."""
+        key = ("entered", id(flow.func), name)
+        if key in self._effects:
+            return self._effects[key]  # type: ignore[return-value]
+        found = None
+        for sub in walk_local(flow.func):
+            if not isinstance(sub, (ast.With, ast.AsyncWith)):
+                continue
+            for item in sub.items:
+                if isinstance(item.optional_vars, ast.Name) and item.optional_vars.id == name and isinstance(item.context_expr, ast.Call):
+                    sym = self.summaries.resolve(fn, ref(item.context_expr.func), self_cls)
+                    cls = self.view.project.class_of(sym) if sym.kind == "class" else None
+                    enter = cls.method("__aenter__" if isinstance(sub, ast.AsyncWith) else "__enter__") if cls is not None else None
+                    node = enter.node() if enter is not None else None
+                    me = node.args.args[0].arg if node is not None and node.args.args else None
+                    returns = [r for r in walk_local(node) if isinstance(r, ast.Return)] if me is not None else []
+                    if returns and all(isinstance(r.value, ast.Name) and r.value.id == me for r in returns):
+                        found = cls
+        self._effects[key] = found  # type: ignore[assignment]
+        return found
 
     def _called_instance(self, fn: FunctionInfo, callee: str, self_cls: ClassInfo | None) -> tuple[ClassInfo, FunctionInfo] | None:
         """(its class, its `__call__`) when `callee` names an instance of a project class that
@@ -646,6 +677,10 @@ class Window:
             return "unknown"
         owner = self.owner if self.owner is not None else fn.owner()
         sites = list(caller_sites(fn, owner, self.view, subclasses=True))
+        entered = not sites and owner is not None and fn.short in ("__enter__", "__aenter__")
+        if entered:
+            # a context manager class's `__enter__`: its callers are the `with` statements
+            sites = list(self._with_sites(owner))
         if not sites:
             return "unknown"
         stable_self = {a: p for a, p in known.items() if a.startswith("self.")}
@@ -654,10 +689,11 @@ class Window:
             # the switched model as the caller spells it: `enable_reuse(self.model.model)`
             # with `def enable_reuse(draft_model): draft_model.set_skip_topk(True)`
             mine = self.receiver, self.canon_receiver
-            self.receiver = self.canon_receiver = self._receiver_at(fn, call)
+            # (the model a context manager holds is not spelled at its `with`: cannot be told)
+            self.receiver = self.canon_receiver = None if entered else self._receiver_at(fn, call)
             # in a subclass's caller, `self` is the subclass's instance
             here = caller.owner()
-            if here is None or owner is None or owner.name not in {c.name for c in here.classes()[1:]}:
+            if not entered and (here is None or owner is None or owner.name not in {c.name for c in here.classes()[1:]}):
                 here = owner
             try:
                 got = self._through_caller(caller, node, call, here, forward, stable_self, depth, verdict, returned)
@@ -668,6 +704,27 @@ class Window:
             if got == "unknown":
                 outcome = "unknown"
         return outcome
+
+    def _with_sites(self, owner: ClassInfo) -> Iterator[tuple[FunctionInfo, ast.AST, ast.Call]]:
+        """(caller, its node, the call) for each `with Owner(...)` (or `async with`) of the
+        project, the call resolved to the class: its `__enter__` runs there."""
+        short = owner.qual.rsplit(".", 1)[-1]
+        summaries = self.summaries
+        for module, facts, spots in self.view.project.call_sites(short):
+            caller = FunctionInfo(module, facts)
+            here = caller.owner()
+            if not any(summaries.resolve(caller, c.ref, here).name == owner.name for c in spots if c.ref):
+                continue
+            node = caller.node()
+            if node is None:
+                continue
+            for sub in walk_local(node):
+                if not isinstance(sub, (ast.With, ast.AsyncWith)):
+                    continue
+                for item in sub.items:
+                    call = item.context_expr
+                    if isinstance(call, ast.Call) and last_name(call.func) == short and summaries.resolve(caller, ref(call.func), here).name == owner.name:
+                        yield caller, node, call
 
     def _receiver_at(self, fn: FunctionInfo, call: ast.Call) -> str | None:
         """The switched model in a caller's terms: a receiver rooted at a parameter of `fn`
