@@ -43,7 +43,8 @@ class LastEntryValidation(Rule):
 
     A *check* is where a value is validated or decides a code path: `isinstance(x, T)` or
     `type(x) is T` in an `assert`, an `if` or `while` test, or in a boolean that an `assert`/`if`
-    later reads (`ok = isinstance(x, T)`), or a `match x:` with class patterns (`case
+    later reads (`ok = isinstance(x, T)`), also inside a comprehension that does not bind `x`
+    (`any(isinstance(x, t) for t in types)` checks the one `x`), or a `match x:` with class patterns (`case
     FlashAttentionMetadata():`, a validation when a case raises); `assert ...x...` and
     `if ...x...: raise`; and a call of a project function that validates that parameter (it
     asserts or raises on the parameter's type, itself or through the functions it calls, in
@@ -211,6 +212,19 @@ class LastEntryValidation(Rule):
     }
 
     VALID = [
+        # Every entry, looked up by the comprehension's own name.
+        Valid(
+            """
+def propose(self, common_attn_metadata):
+    per_layer_attn_metadata = {}
+    for attn_group in self.draft_attn_groups:
+        attn_metadata = attn_group.get_metadata_builder().build_for_drafting(common_attn_metadata, 0)
+        for layer_name in attn_group.layer_names:
+            per_layer_attn_metadata[layer_name] = attn_metadata
+    assert all(isinstance(per_layer_attn_metadata[name], self.allowed_attn_types) for name in per_layer_attn_metadata)
+    return per_layer_attn_metadata
+"""
+        ),
         # The first field of the tuple a function returns (`md, *_ = f(...)`), not the
         # first of several entries: one value, checked whole.
         Valid(
@@ -998,6 +1012,20 @@ class Proposer:
             line=18,
             message_contains="inside `self._build(...)`",
             files={"backends.py": "class FlashAttentionMetadata: ...\n\n\nclass TritonAttentionMetadata: ...\n"},
+        ),
+        # `any(...)` over the allowed types still checks the one last `attn_metadata`.
+        Invalid(
+            """
+def propose(self, common_attn_metadata):
+    per_layer_attn_metadata = {}
+    for attn_group in self.draft_attn_groups:
+        attn_metadata = attn_group.get_metadata_builder().build_for_drafting(common_attn_metadata, 0)
+        for layer_name in attn_group.layer_names:
+            per_layer_attn_metadata[layer_name] = attn_metadata
+    assert any(isinstance(attn_metadata, t) for t in self.allowed_attn_types)
+    return per_layer_attn_metadata
+""",
+            line=7,
         ),
     ]
 

@@ -168,7 +168,9 @@ class DraftMetadataNotRefreshed(Rule):
     any other condition (`if attn_metadata is not None and (self.advance_draft_positions or
     step == 1):`, `if builder.supports_draft_decode_metadata_update:`) is taken to run
     whenever the inputs moved: such conditions say when the backend needs it, which the
-    source does not show.
+    source does not show; but not where the branch without it runs a forward of its own (an
+    eager branch that rebuilds beside a CUDA-graph `else:` that replays with the metadata it
+    was handed: that path is reported).
 
     ## On vLLM's release trees
     Reported: the model runner v2 draft loop in 0.18.0 (`eagle/speculator.py:148`), 0.19.0
@@ -978,6 +980,20 @@ def draft(self, common, positions, per_layer_attn_metadata):
             line=10,
             files={"graph_meta.py": _GRAPH_META},
         ),
+        # The CUDA-graph `else:` replays with the metadata it was handed while the inputs move.
+        Invalid(
+            """
+def generate_draft(self, num_reqs, num_tokens, attn_metadata, slot_mappings):
+    for step in range(1, self.num_speculative_steps):
+        if not self.use_cuda_graph:
+            attn_metadata = self.build_draft_attn_metadata(num_reqs, num_tokens)
+            hidden = self.run_model(num_tokens, attn_metadata, slot_mappings)
+        else:
+            hidden = self.run_model(num_tokens, attn_metadata, slot_mappings)
+        self.input_buffers.positions += 1
+""",
+            line=2,
+        ),
     ]
 
     @classmethod
@@ -1027,7 +1043,7 @@ def _report(view: FunctionView, use: StaleUse) -> Report:
         f"place where the backend allows it: `if builder.supports_draft_decode_metadata_update: "
         f"builder.update_draft_decode_metadata({md})`."
     )
-    data = {"metadata": md, "advance": adv_text, "forward": fwd_text, "advance_line": adv.node.lineno}
+    data = {"metadata": md, "advance": adv_text, "forward": fwd_text, "advance_line": adv.node.lineno, "forward_line": fwd_call.lineno}
     return Report(use.loop.node, message, hint, data)
 
 

@@ -71,6 +71,28 @@ def test_resolution_does_not_depend_on_what_was_loaded_first(tmp_path):
     assert project.resolve(user, "AmdBase").name == "vllm.models.amd.mtp.MTPBase"
 
 
+def test_star_imports_of_star_imports_resolve(tmp_path):
+    # a package whose `__init__` re-exports its modules with `from .x import *`, star-imported
+    # in turn: the name comes from the module that binds it, a cycle of stars ends
+    project = make(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/kernels/__init__.py": "from .topk import *\nfrom .rows import *\n",
+        "pkg/kernels/rows.py": "from . import *\n",
+        "pkg/kernels/topk.py": """
+            def pack_rows(model, rows):
+                model.compact_topk_indices(rows)
+        """,
+        "pkg/user.py": """
+            from .kernels import *
+            from . import kernels as k
+        """,
+    })
+    user = project.module_at(tmp_path / "pkg/user.py")
+    assert project.resolve(user, "pack_rows").name == "pkg.kernels.topk.pack_rows"
+    assert project.resolve(user, "k.pack_rows").name == "pkg.kernels.topk.pack_rows"
+    assert project.resolve(user, "missing").kind == "unknown"
+
+
 def test_inherited_hooks_and_class_attributes_bound_to_functions(tmp_path):
     project = make(tmp_path, {
         "pkg/__init__.py": "",

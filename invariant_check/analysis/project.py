@@ -1179,13 +1179,28 @@ class Project:
                 if sym.kind != "unknown":
                     return sym
             return UNKNOWN
-        for level, star in module.bindings().stars:
-            target = self.relative_module(module, level, star) if level else self.find_module(star, module)
-            if target is not None and head in target.bindings().bindings:
-                return self.attribute(Symbol("module", target.name, target), head, depth)
+        target = self._star_source(module, head)
+        if target is not None:
+            return self.attribute(Symbol("module", target.name, target), head, depth)
         if head in BUILTINS:
             return Symbol("external", f"builtins.{head}", via="builtin")
         return Symbol("unknown", head, module, None, "unbound")
+
+    def _star_source(self, module: Module, name: str, seen: set[int] | None = None) -> Module | None:
+        """The module that binds `name` for `module`'s star imports: one it star-imports, or
+        one those star-import in turn (a package whose `__init__` is `from .topk import *`)."""
+        seen = {id(module)} if seen is None else seen
+        for level, star in module.bindings().stars:
+            target = self.relative_module(module, level, star) if level else self.find_module(star, module)
+            if target is None or id(target) in seen or len(seen) > MAX_DEPTH:
+                continue
+            seen.add(id(target))
+            if name in target.bindings().bindings:
+                return target
+            deeper = self._star_source(target, name, seen)
+            if deeper is not None:
+                return deeper
+        return None
 
     def _inherited_parameter(self, cls: ClassInfo, fn: F.FunctionFacts, param: str, depth: int) -> Symbol | None:
         """An override's unannotated parameter has the class the overridden method declares
@@ -1258,10 +1273,9 @@ class Project:
                 sub = self.relative_module(mod, 1, attr)
                 if sub is not None:
                     return Symbol("module", sub.name, sub)
-            for level, star in mod.bindings().stars:
-                target = self.relative_module(mod, level, star) if level else self.find_module(star, mod)
-                if target is not None and target is not mod and attr in target.bindings().bindings:
-                    return self.attribute(Symbol("module", target.name, target), attr, depth + 1)
+            target = self._star_source(mod, attr)
+            if target is not None:
+                return self.attribute(Symbol("module", target.name, target), attr, depth + 1)
             return UNKNOWN
         if sym.kind in ("class", "instance"):
             info = self.class_of(sym)

@@ -327,8 +327,9 @@ class MetadataSteps:
             return got
 
         # an `if` the source cannot decide that skips a refresh: taken as not taken when the
-        # inputs moved
-        assumed = skipping_branches(flow, self.func, refresh)
+        # inputs moved, unless the branch without it runs a forward of its own (an eager
+        # branch that rebuilds, a CUDA-graph `else:` that replays with what it was handed)
+        assumed = skipping_branches(flow, self.func, refresh, unless=lambda n: self.is_forward(n, md))
         yield from changed_before_use(flow, forwards, refresh, self.is_advance, assumed)
 
 

@@ -284,16 +284,18 @@ def _holds(body: list[ast.stmt], ids: set[int]) -> bool:
     return False
 
 
-def skipping_branches(flow: Flow, func: ast.AST, is_event: Callable[[int], bool]) -> set[int]:
+def skipping_branches(flow: Flow, func: ast.AST, is_event: Callable[[int], bool], unless: Callable[[int], bool] | None = None) -> set[int]:
     """The cond events of the branch of an `if` that skips an event (`is_event`), for tests the
     source cannot decide (not only the loop counters): a search may take them as never taken
-    when what the event answers has happened."""
+    when what the event answers has happened. Not a branch that holds an `unless` event
+    itself (an `else:` that runs the step the event prepares, without it: a path of its own)."""
     counters = loop_counters(func)
     by_test: dict[int, list[int]] = {}
     for node in flow.nodes:
         if node.kind == "cond":
             by_test.setdefault(id(node.node), []).append(node.index)
     marked = {id(flow.nodes[n].node) for n in range(len(flow.nodes)) if is_event(n)}
+    others = {id(flow.nodes[n].node) for n in range(len(flow.nodes)) if unless(n)} if unless is not None else set()
     out: set[int] = set()
     for sub in walk_local(func):
         if not isinstance(sub, ast.If):
@@ -301,6 +303,8 @@ def skipping_branches(flow: Flow, func: ast.AST, is_event: Callable[[int], bool]
         in_body = _holds(sub.body, marked)
         in_else = _holds(sub.orelse, marked)
         if in_body == in_else or reads_only(sub.test, counters):
+            continue
+        if others and _holds(sub.orelse if in_body else sub.body, others):
             continue
         skip = atoms_of(sub.test, not in_body)
         for n in by_test.get(id(sub.test), []):

@@ -399,8 +399,9 @@ class LastValues:
         # a check reports a tracked value or a one-entry pick: without either in its text, none
         if not self._may_matter(test, state, flags):
             return
-        # 1. isinstance(x, T) / type(x) <op> T
-        for call in _calls_in(test):
+        # 1. isinstance(x, T) / type(x) <op> T, also of a value a comprehension does not bind
+        # (`any(isinstance(md, t) for t in types)` checks the one `md`)
+        for call in (*_calls_in(test), *_free_calls(test)):
             found = self._type_check(call, test, stmt, state, validates=raises)
             if found:
                 return
@@ -572,6 +573,23 @@ def _calls_in(expr: ast.AST) -> Iterator[ast.Call]:
     for node in _walk_expr(expr):
         if isinstance(node, ast.Call):
             yield node
+
+
+def _free_calls(expr: ast.AST) -> Iterator[ast.Call]:
+    """Calls inside the comprehensions of an expression whose first argument reads only names
+    no comprehension around it binds: they read the enclosing function's values."""
+    for node in _walk_expr(expr):
+        if type(node) not in _COMPREHENSIONS or node is expr:
+            continue
+        bound = {n.id for gen in node.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+        for sub in ast.walk(node):
+            if type(sub) in _COMPREHENSIONS and sub is not node:
+                bound |= {n.id for gen in sub.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call) and sub.args:
+                names = [n.id for n in ast.walk(sub.args[0]) if isinstance(n, ast.Name)]
+                if names and not bound.intersection(names):
+                    yield sub
 
 
 def _refs_in(expr: ast.AST) -> Iterator[ast.AST]:

@@ -54,7 +54,7 @@ def build(rule, report, view) -> Fix | None:
     func = view.node
     ed = Editor(view.source)
     aliases = local_aliases(func)
-    forward = _forward_call(ed, loop, forward_text, md, aliases)
+    forward = _forward_call(ed, loop, forward_text, md, aliases, data.get("forward_line"))
     if forward is None:
         return None
     anchor = statement_holding(func, forward)
@@ -88,10 +88,12 @@ def _later_steps(loop: ast.AST) -> str | None:
 # -- the forward and the build ----------------------------------------------------------------------
 
 
-def _forward_call(ed: Editor, loop: ast.AST, text: str, md: str, aliases) -> ast.Call | None:
-    """The first call in the loop spelled as the finding's forward that receives `md`."""
+def _forward_call(ed: Editor, loop: ast.AST, text: str, md: str, aliases, line: int | None = None) -> ast.Call | None:
+    """The first call in the loop spelled as the finding's forward that receives `md`: the
+    one on the finding's `line` first (a CUDA-graph `else:` beside an eager branch that
+    already rebuilds)."""
     calls = [c for c in ast.walk(loop) if isinstance(c, ast.Call)]
-    calls.sort(key=lambda c: (c.lineno, c.col_offset))
+    calls.sort(key=lambda c: (c.lineno != line, c.lineno, c.col_offset))
     for call in calls:
         if " ".join(ed.node_text(call.func).split()) != text:
             continue
@@ -142,7 +144,7 @@ def _rebuild_here(ed: Editor, func: ast.AST, loop: ast.AST, anchor: ast.stmt, bu
     code = _dedent_continuations(code, first_indent)
     edits: list[Edit] = []
     verb = "Build"
-    if _inside(loop, build):
+    if _inside(loop, build) and not _other_branch(func, build, anchor):
         removal = _remove_build(ed, func, build)
         if removal is None:
             return None
@@ -156,6 +158,18 @@ def _rebuild_here(ed: Editor, func: ast.AST, loop: ast.AST, anchor: ast.stmt, bu
         return None
     what = f"{verb} `{md}` {'again ' if verb == 'Build' else ''}right before the forward of each step"
     return Fix(UNSAFE, what, tuple(edits))
+
+
+def _other_branch(func: ast.AST, a: ast.stmt, b: ast.stmt) -> bool:
+    """Whether `a` and `b` sit in the two branches of one `if` (the eager build beside the
+    CUDA-graph `else:`): the build stays where it is, and is written again."""
+    for sub in walk_local(func):
+        if isinstance(sub, ast.If) and sub.orelse:
+            in_body = [any(n is x for st in sub.body for n in ast.walk(st)) for x in (a, b)]
+            in_else = [any(n is x for st in sub.orelse for n in ast.walk(st)) for x in (a, b)]
+            if (in_body[0] and in_else[1]) or (in_else[0] and in_body[1]):
+                return True
+    return False
 
 
 def _remove_build(ed: Editor, func: ast.AST, build: ast.stmt) -> Edit | None:
