@@ -312,7 +312,7 @@ class SkipTopkWithoutCompaction(Rule):
     A *compaction* is the `compaction-method` called on the same model (or an owner of it), or
     a call of a project function that compacts (any module, through imports, `self`, the class
     of `self.x`, `functools.partial` bindings, the `__call__` of a project class's instance
-    (`self.compactor(rows)`), a local bound to a choice of two that both compact (`pack =
+    (`self.compactor(rows)`; of a `torch.nn.Module` subclass, the `forward` it defines), a local bound to a choice of two that both compact (`pack =
     pack_fused if fused else pack_plain`), up to `helper-depth` calls deep). A project
     function compacts when it calls `compaction-method` or gathers the rows of a buffer named
     like `topk-buffers` in place, under any name of its own: `buf[:n].copy_(buf[idx])`,
@@ -1409,6 +1409,36 @@ class MTPProposer:
             hidden = self.model(**self.inputs)
 """,
             files={"compactor.py": _ROW_COMPACTOR},
+        ),
+        # A `torch.nn.Module` whose `forward` gathers the rows: calling the module runs it.
+        Valid(
+            """
+import torch.nn as nn
+
+
+class RowPacker(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.layers = layers
+
+    def forward(self, rows):
+        for layer in self.layers:
+            buf = layer.indexer.topk_indices_buffer
+            buf[: rows.numel()] = buf[rows]
+
+
+class MTPProposer:
+    def load_model(self, model):
+        self.model = model
+        self.pack_rows = RowPacker(list(model.model.layers))
+
+    def propose(self, token_indices_to_sample):
+        hidden = self.model(**self.inputs)
+        self.model.model.set_skip_topk(True)
+        self.pack_rows(token_indices_to_sample)
+        for _ in range(self.num_steps - 1):
+            hidden = self.model(**self.inputs)
+"""
         ),
     ]
     INVALID = [

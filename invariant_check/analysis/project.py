@@ -338,6 +338,16 @@ class Module:
                 self._outline = Outline(self.source.text, [Chunk(0, HEAD, None, 0, len(self.source.text), 1, 0)], whole=True)
         return self._stored
 
+    def release_trees(self) -> None:
+        """After the module's own analysis: the trees it kept are held briefly from now on
+        (the last `BRIEF_TREES` such chunks stay; a later question parses again)."""
+        if self._whole is not None:
+            return
+        for index in list(self._stmts):
+            if index not in self._passing:
+                self._passing.add(index)
+                self.project.hold_briefly(self, index)
+
     def _compute_facts(self, chunk: Chunk) -> ChunkFacts:
         # a chunk parsed only for its facts is kept briefly: most are never asked again (the
         # modules a call or an import reaches), and their trees were most of a run's memory;

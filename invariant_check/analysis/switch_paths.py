@@ -259,12 +259,15 @@ class Window:
 
     def _called_instance(self, fn: FunctionInfo, callee: str, self_cls: ClassInfo | None) -> tuple[ClassInfo, FunctionInfo] | None:
         """(its class, its `__call__`) when `callee` names an instance of a project class that
-        defines `__call__` itself (not through a base the project does not have)."""
+        defines `__call__` itself (not through a base the project does not have); of a
+        `torch.nn.Module` subclass, the `forward` it defines (what the module's call runs)."""
         sym = self.summaries.resolve(fn, callee, self_cls)
         if sym.kind != "instance":
             return None
         cls = self.view.project.class_of(sym)
         method = cls.method("__call__") if cls is not None else None
+        if method is None and cls is not None and any(_is_torch_module(s) for s in cls.mro()[1:]):
+            method = cls.method("forward")
         return (cls, method) if method is not None else None
 
     def _is_context_manager(self, fn: FunctionInfo) -> bool:
@@ -1278,6 +1281,10 @@ def caller_sites(fn: FunctionInfo, owner: ClassInfo | None, view=None, subclasse
                     yield method, node, call
     if subclasses and not found:
         yield from _subclass_sites(fn, owner, word)
+
+
+def _is_torch_module(sym) -> bool:
+    return sym.name in ("torch.nn.Module", "torch.nn.modules.module.Module")
 
 
 def calls_beyond_class(fn: FunctionInfo, owner: ClassInfo) -> bool:

@@ -351,6 +351,8 @@ class Engine:
             module.digest = rec.digest
         d.outcome = analyze(Context(self.project), module, rec, self.plan)
         d.analysed = True
+        # its trees were most of a run's memory; other files' questions parse them again
+        module.release_trees()
         return d
 
     def _scan(self, path: Path) -> tuple[ScanRecord, list | None, bytes | None]:
