@@ -28,6 +28,24 @@ from invariant_check.api.rule import Report, Rule
 from invariant_check.api.types import Fix, Invalid, Option, Valid
 
 
+
+# A dataclass whose `__post_init__` checks the metadata's type: building it validates.
+_CHECKED_INPUTS = """
+from dataclasses import dataclass
+
+from vllm.v1.attention.backends.flash_attn import FlashAttentionMetadata
+
+
+@dataclass
+class DraftStepInputs:
+    attn_metadata: FlashAttentionMetadata
+    per_layer_attn_metadata: dict
+
+    def __post_init__(self):
+        if not isinstance(self.attn_metadata, FlashAttentionMetadata):
+            raise TypeError(f"unsupported draft metadata {type(self.attn_metadata)}")
+"""
+
 class LastEntryValidation(Rule):
     """
     ## What it does
@@ -48,7 +66,9 @@ class LastEntryValidation(Rule):
     FlashAttentionMetadata():`, a validation when a case raises); `assert ...x...` and
     `if ...x...: raise`; and a call of a project function that validates that parameter (it
     asserts or raises on the parameter's type, itself or through the functions it calls, in
-    any module).
+    any module), a project class's construction included (its `__init__` validates the
+    parameter, or a dataclass's `__post_init__` checks the field: `if not
+    isinstance(self.attn_metadata, T): raise TypeError(...)`).
 
     Only metadata is considered: a checked name that looks like attention metadata (see
     `metadata-names`), a check against a type that looks like one (see `metadata-types`), or
@@ -177,7 +197,9 @@ class LastEntryValidation(Rule):
     holds), a dispatch as `any(...)`, as vLLM 0.20.0 wrote its tree-attention test; a validating
     helper is called for each entry. Otherwise an `assert`, an `if` that only raises, or a
     validating call moves into the loop, right after the statement that binds the value.
-    No fix for a dispatch without a collection (which group decides is a design question), for
+    No fix for a validating constructor whose value the function uses (`return
+    DraftStepInputs(attn_metadata=...)`: no statement of its own to move), for a dispatch
+    without a collection (which group decides is a design question), for
     a check stored in a flag first, for a value a comprehension's walrus binds (there is no
     loop body to move the check into), or when the check reads names bound between the loop
     and it.
@@ -212,6 +234,21 @@ class LastEntryValidation(Rule):
     }
 
     VALID = [
+        # The same dataclass built for each group, inside the loop.
+        Valid(
+            """
+from .inputs import DraftStepInputs
+
+
+def propose(self, common_attn_metadata):
+    steps = []
+    for attn_group in self.draft_attn_groups:
+        attn_metadata = attn_group.get_metadata_builder().build_for_drafting(common_attn_metadata, 0)
+        steps.append(DraftStepInputs(attn_metadata, dict.fromkeys(attn_group.layer_names, attn_metadata)))
+    return steps
+""",
+            files={"inputs.py": _CHECKED_INPUTS},
+        ),
         # Every entry, looked up by the comprehension's own name.
         Valid(
             """
@@ -1026,6 +1063,23 @@ def propose(self, common_attn_metadata):
     return per_layer_attn_metadata
 """,
             line=7,
+        ),
+        # Only the last group's metadata goes through the dataclass's type check.
+        Invalid(
+            """
+from .inputs import DraftStepInputs
+
+
+def propose(self, common_attn_metadata):
+    per_layer_attn_metadata = {}
+    for attn_group in self.draft_attn_groups:
+        attn_metadata = attn_group.get_metadata_builder().build_for_drafting(common_attn_metadata, 0)
+        for name in attn_group.layer_names:
+            per_layer_attn_metadata[name] = attn_metadata
+    return DraftStepInputs(attn_metadata=attn_metadata, per_layer_attn_metadata=per_layer_attn_metadata)
+""",
+            line=10,
+            files={"inputs.py": _CHECKED_INPUTS},
         ),
     ]
 

@@ -515,6 +515,18 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # Both calls through `getattr(...)`: the compaction follows the switch.
+        Valid(
+            """
+def propose(self, token_indices_to_sample):
+    inner = self.model.model
+    hidden = self.model(**self.inputs)
+    getattr(inner, "set_skip_topk")(True)
+    getattr(inner, "compact_topk_indices")(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
         # A context manager class's `__enter__` switches; the block packs before its loop.
         Valid(_REUSE_WINDOW, files={"worker.py": _WITH_REUSE_WINDOW.replace("{before}", "window.pack(rows)").replace("{after}", "pass")}),
         # A mixin's switch, then its proposer's other base gathers the rows in place.
@@ -2148,6 +2160,18 @@ class IndexReuseMixin:
             line=6,
             files={"worker.py": _WITH_REUSE_WINDOW.replace("{before}", "pass").replace("{after}", "window.pack(rows)")},
         ),
+        # The switch called through `getattr(...)` inline, and no compaction before the loop.
+        Invalid(
+            """
+def propose(self, token_indices_to_sample):
+    inner = self.model.model
+    hidden = self.model(**self.inputs)
+    getattr(inner, "set_skip_topk")(True)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=4,
+        ),
     ]
 
 
@@ -2187,8 +2211,9 @@ class IndexReuseMixin:
         local = aliases = None
         for call in calls_in(view.node):
             made = call
-            if last_name(call.func) != self.switch and isinstance(call.func, ast.Name):
+            if last_name(call.func) != self.switch and isinstance(call.func, (ast.Name, ast.Call)):
                 # a call of a local bound to the switch: `enter = partial(m.set_skip_topk, True)`
+                # (or of what `getattr(m, "set_skip_topk")` returns)
                 if local is None:
                     local, aliases = partials(view.node), dotted_aliases(view.node)
                 made = called_through(call, local, aliases)

@@ -82,8 +82,8 @@ class ReuseModeWithoutCompactionMethod(Rule):
     (`self.compact_topk_indices = functools.partial(...)`, on every path through it: a binding
     under one branch of an `if`, or after an early `return`, leaves the other instances
     without one; a path that raises builds no instance). A compaction whose
-    body only declares it (`...`, `pass`, a docstring, `raise NotImplementedError`, the
-    unimplemented member of an explicit `Protocol` base), or a class attribute bound to
+    body only declares it (`...`, `pass`, a docstring, `raise NotImplementedError`, `return
+    None`, a log line or warning, the unimplemented member of an explicit `Protocol` base), or a class attribute bound to
     `None`, compacts nothing: the class is reported, and the message names the placeholder. Methods of the bundled models are not placeholders: their
     bodies are left out, not empty.
 
@@ -120,7 +120,7 @@ class ReuseModeWithoutCompactionMethod(Rule):
     distinct storage (`data_ptr()`) is gathered once, `buf[:n] = buf[slot_ids]`, since layers
     that share a buffer must not gather it twice. Offered for `torch.nn.Module` subclasses only
     (the method walks `self.modules()`), and not where the class binds the compaction to `None`
-    over a base's real one (dropping that line, or writing one for the subclass, is the
+    or to a placeholder of its own (dropping it, or writing one for the subclass, is the
     author's call). The callers still need IC002's call.
 
     ## Options
@@ -919,6 +919,27 @@ def triton_compact(layers, slot_ids):
         buf = layer.indexer.topk_indices_buffer
         buf[: slot_ids.numel()] = buf[slot_ids]
 """},
+        ),
+        # A fork's override that only logs and returns: the base's gather no longer runs.
+        Invalid(
+            """
+import logging
+
+import torch.nn as nn
+
+logger = logging.getLogger(__name__)
+
+
+class NpuPredictor(nn.Module):
+    def set_skip_topk(self, skip: bool) -> None:
+        for layer in self.layers:
+            layer.indexer.skip_topk = skip
+
+    def compact_topk_indices(self, slot_ids):
+        logger.warning_once("top-k compaction is not ported to this device yet")
+        return None
+""",
+            line=8,
         ),
     ]
 

@@ -9,6 +9,7 @@ from invariant_check.analysis.derivations import Derivation
 from invariant_check.analysis.facts import last_name, ref
 from invariant_check.analysis.fields import ROWS_ADDED, VALUE_AT, FieldWrite, reads_field, value_argument, variants
 from invariant_check.analysis.needs import Need
+from invariant_check.analysis.objects import _single_bindings
 from invariant_check.analysis.stale_derived import increment_need, learned_table, spells_write, stale_derived
 from invariant_check.analysis.views import FunctionView
 from invariant_check.api.rule import Report, Rule
@@ -343,7 +344,8 @@ class StaleDerivedMetadata(Rule):
     annotated `dict[str, X]` or `list[X]`), from `self.x: X`, `self.x = X(...)` or a class-body
     `x: X`, from `x = X(...)`, `x = make(...)` with `def make(...) -> X`, or `x = X.make(...)`
     with a classmethod that returns `cls(...)`, from a copy of an object of known class
-    (below), and, for an unannotated parameter of an override, from the annotation the overridden method gives it
+    (below), from another name it is bound to (`cad = common_attn_metadata`, also where the
+    loop rebinds `cad` to its own `replace(...)`), and, for an unannotated parameter of an override, from the annotation the overridden method gives it
     (as pyright infers it) or from what the callers pass, the bases' own `self.method(...)`
     calls included.
 
@@ -2039,6 +2041,23 @@ def generate(self, inputs: StepInputs):
             message_contains="but `max_context_len` of `inputs` is not updated",
             files={"inputs.py": _SNAPSHOT_INPUTS},
         ),
+        # A local bound to the parameter, then to its own `replace(...)` at each tree level.
+        Invalid(
+            """
+from vllm.v1.attention.backend import CommonAttentionMetadata
+
+
+def propose_levels(self, common_attn_metadata: CommonAttentionMetadata):
+    cad = common_attn_metadata
+    for width in self.level_widths:
+        cad = cad.replace(
+            seq_lens=cad.seq_lens + width,
+        )
+        self.builder.build_for_drafting(cad, 1)
+""",
+            line=8,
+            message_contains="`max_seq_len`",
+        ),
     ]
 
     @classmethod
@@ -2182,6 +2201,9 @@ def _amount_text(view: FunctionView, write: FieldWrite) -> str | None:
         value = next((kw.value for kw in node.keywords if kw.arg == write.field), None)
     elif isinstance(node, ast.Assign):
         value = node.value
+    if isinstance(value, ast.Name):
+        # `new_lens = cad.seq_lens + width; cad = cad.replace(seq_lens=new_lens)`
+        value = _single_bindings(view.node).get(value.id, value)
     if value is not None:
         for sub in ast.walk(value):
             if isinstance(sub, ast.BinOp) and isinstance(sub.op, ast.Add):

@@ -201,6 +201,21 @@ class AdvanceOncePerStep(Rule):
     }
 
     VALID = [
+        # The same `copy_` helper, once per step before the builders read the lengths.
+        Valid(
+            """
+class HybridProposer:
+    def _advance_common(self, common_attn_metadata):
+        common_attn_metadata.seq_lens.copy_(common_attn_metadata.seq_lens + 1)
+
+    def build_step(self, common_attn_metadata, step):
+        self._advance_common(common_attn_metadata)
+        return {
+            gid: builder.build_for_drafting(common_attn_metadata, step)
+            for gid, builder in zip(self.kv_cache_group_ids, self.attn_metadata_builders)
+        }
+"""
+        ),
         # The inputs advance once per step, outside the group loop; each group's layers get
         # their own group's metadata.
         Valid(
@@ -894,6 +909,22 @@ def build_group_metadata(self, common_attn_metadata, num_reqs):
     return out
 """,
             line=6,
+        ),
+        # A helper that advances by `copy_` of the old value plus one, called once per builder.
+        Invalid(
+            """
+class HybridProposer:
+    def _advance_common(self, common_attn_metadata):
+        common_attn_metadata.seq_lens.copy_(common_attn_metadata.seq_lens + 1)
+
+    def build_step(self, common_attn_metadata, step):
+        per_group = {}
+        for gid, builder in zip(self.kv_cache_group_ids, self.attn_metadata_builders):
+            self._advance_common(common_attn_metadata)
+            per_group[gid] = builder.build_for_drafting(common_attn_metadata, step)
+        return per_group
+""",
+            line=8,
         ),
     ]
 

@@ -140,7 +140,7 @@ class StoreFact:
 
     target: str | None
     attr: str
-    op: str  # '=', '+=', '-=', 'add_', 'sub_', 'inplace' (any other in-place method), 'replace', 'out' (`out=`),
+    op: str  # '=', '+=', '-=', 'add_', 'sub_', 'copy_' (of the old value plus a delta), 'inplace' (any other in-place method), 'replace', 'out' (`out=`),
     # 'rows=' (`x.f[:n] = x.f[:n] + k`)
     line: int
     col: int
@@ -536,13 +536,18 @@ def function_facts(node: ast.FunctionDef | ast.AsyncFunctionDef, qual: str, cls:
                 method = sub.func.attr
                 if method.endswith("_") and not method.startswith("_"):
                     delta = None
+                    op = _INPLACE_ADD.get(method, "inplace")
                     if method in _INPLACE_ADD and sub.args and isinstance(sub.args[0], ast.Constant):
                         v = sub.args[0].value
                         if isinstance(v, (int, float)) and not isinstance(v, bool):
                             delta = int(v) if method == "add_" else -int(v)
+                    elif method == "copy_" and len(sub.args) == 1 and holder is sub.func.value:
+                        # `x.seq_lens.copy_(x.seq_lens + 1)`: the old value moved by the amount
+                        delta = _delta(uncapped(sub.args[0]), ref(holder))
+                        if delta is not None:
+                            op = "copy_"
                     facts.stores.append(
-                        StoreFact(ref(holder.value), holder.attr, _INPLACE_ADD.get(method, "inplace"),
-                                  sub.lineno, sub.col_offset, None, delta)
+                        StoreFact(ref(holder.value), holder.attr, op, sub.lineno, sub.col_offset, None, delta)
                     )
             # `torch.add(x.positions, 1, out=x.positions)`, `torch.clamp(x.seq_lens + 1, max=m,
             # out=x.seq_lens[:n])`: written in place by a function's `out=`

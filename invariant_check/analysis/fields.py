@@ -696,6 +696,13 @@ def class_of(view, obj: str, aliases: dict[str, str], depth: int = 0) -> ClassIn
         entry = _entry_class(view, value)
         if entry is not None:
             return entry
+        if isinstance(value, (ast.Name, ast.Attribute)) and ref(value) not in (None, obj):
+            # `cad = common_attn_metadata` before `cad = cad.replace(...)` in a loop: the
+            # name is bound twice, so no single alias says it
+            got = class_of(view, ref(value), aliases, depth + 1)
+            if got is not None:
+                return got
+            continue
         if not isinstance(value, ast.Call):
             continue
         # a copy has the class of what it copies (`copy.copy(md)`, `replace(md, ...)`, a

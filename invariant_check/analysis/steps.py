@@ -109,7 +109,7 @@ def loop_calls_and_aliases(func: ast.AST) -> tuple[list[ast.Call], dict[str, str
 def increments(op: str, delta: int | None) -> bool:
     """Whether a write of a field, as the summaries record it (`+=`, `add_`, `=` with a known
     delta), moves it forward."""
-    return op in ("+=", "add_") or (op in ("=", "replace", "out", "rows=") and delta is not None and delta > 0)
+    return op in ("+=", "add_") or (op in ("=", "replace", "out", "rows=", "copy_") and delta is not None and delta > 0)
 
 
 def touches_fields(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> bool:

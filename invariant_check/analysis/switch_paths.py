@@ -1143,11 +1143,27 @@ def called_through(call: ast.Call, bound: dict[str, ast.Call], aliases: dict[str
     made = through_partial(call, bound)
     if made is not call:
         return made
+    named = through_getattr(call)
+    if named is not None:
+        return named
     if isinstance(call.func, ast.Name):
         target = aliases.get(call.func.id)
         if target and "." in target:
             return call_of(target, call)
     return call
+
+
+def through_getattr(call: ast.Call) -> ast.Call | None:
+    """`getattr(m, "set_skip_topk")(True)` as the call `m.set_skip_topk(True)` it makes;
+    None for any other call."""
+    func = call.func
+    if not (isinstance(func, ast.Call) and isinstance(func.func, ast.Name) and func.func.id == "getattr" and 2 <= len(func.args) <= 3):
+        return None
+    name = func.args[1]
+    if not (isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.isidentifier()):
+        return None
+    attr = ast.copy_location(ast.Attribute(value=func.args[0], attr=name.value, ctx=ast.Load()), func)
+    return ast.copy_location(ast.Call(func=attr, args=call.args, keywords=call.keywords), call)
 
 
 def call_of(spelled: str, call: ast.Call) -> ast.Call:

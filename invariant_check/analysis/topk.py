@@ -529,7 +529,8 @@ def _walk_local_stmts(stmts: list[ast.stmt]):
 
 def declares_only(node: ast.AST) -> bool:
     """A function whose body only declares it: docstring, `...`, `pass`, `raise
-    NotImplementedError`."""
+    NotImplementedError`, `return`/`return None`, a log line or warning (a TODO stub that
+    says it does nothing yet)."""
     body = list(getattr(node, "body", []))
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
         body = body[1:]
@@ -542,8 +543,21 @@ def declares_only(node: ast.AST) -> bool:
             exc = st.exc.func if isinstance(st.exc, ast.Call) else st.exc
             if ref(exc) in ("NotImplementedError", "NotImplemented"):
                 continue
+        if isinstance(st, ast.Return) and (st.value is None or (isinstance(st.value, ast.Constant) and st.value.value is None)):
+            continue
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Call) and _logs(st.value):
+            continue
         return False
     return True
+
+
+_LOGGERS = ("logger", "log", "logging", "warnings", "_logger", "LOGGER", "LOG")
+
+
+def _logs(call: ast.Call) -> bool:
+    """`logger.warning(...)`, `warnings.warn(...)`, `print(...)`: says something, does nothing."""
+    spelled = ref(call.func) or ""
+    return spelled == "print" or spelled.split(".", 1)[0] in _LOGGERS and "." in spelled
 
 
 def _flag_writes(node: ast.AST, switch: str) -> tuple[set[str] | None, bool]:

@@ -120,14 +120,52 @@ class FunctionView:
         if callee is None:
             return False
         summaries = self.ctx.summaries()
-        fn = summaries.function_for(self.resolve(callee))
+        sym = self.resolve(callee)
+        fn = summaries.function_for(sym)
         if fn is None:
-            return False
+            return sym.kind == "class" and self._constructor_validates(sym, pos)
         params = fn.facts.params
         if isinstance(pos, str):  # passed by keyword
             return pos in params and summaries.validates(fn, params.index(pos))
         bound = fn.facts.cls is not None and isinstance(call.func, ast.Attribute) and params[:1] in (["self"], ["cls"])
         return summaries.validates(fn, pos + (1 if bound else 0))
+
+    def _constructor_validates(self, sym, pos: int | str) -> bool:
+        """A project class whose construction checks the argument at `pos`: its `__init__`
+        validates that parameter, or (a dataclass) its `__post_init__` checks the field's
+        type (`if not isinstance(self.attn_metadata, T): raise TypeError(...)`)."""
+        cls = self.project.class_of(sym)
+        if cls is None:
+            return False
+        summaries = self.ctx.summaries()
+        init = cls.method("__init__")
+        if init is not None and init.facts.params:
+            params = init.facts.params
+            if isinstance(pos, str):
+                return pos in params and summaries.validates(init, params.index(pos))
+            return summaries.validates(init, pos + 1)
+        post = cls.method("__post_init__")
+        node = post.node() if post is not None else None
+        if node is None or not node.args.args:
+            return False
+        if isinstance(pos, str):
+            name = pos
+        else:
+            order: list[str] = []
+            for c in reversed(cls.classes()):
+                order.extend(f for f in c.facts.fields if f not in order)
+            if pos >= len(order):
+                return False
+            name = order[pos]
+        target = f"{node.args.args[0].arg}.{name}"
+        for sub in walk_local(node):
+            test = sub.test if isinstance(sub, ast.Assert) else (sub.test if isinstance(sub, ast.If) and any(isinstance(b, ast.Raise) for b in sub.body) else None)
+            if test is None:
+                continue
+            for call in ast.walk(test):
+                if isinstance(call, ast.Call) and ref(call.func) in ("isinstance", "type") and call.args and ref(call.args[0]) == target:
+                    return True
+        return False
 
     @cached_property
     def flow(self) -> Flow:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ast
 
 from invariant_check.analysis.facts import last_name, ref, walk_local
-from invariant_check.analysis.switch_paths import identity_rows
+from invariant_check.analysis.switch_paths import identity_rows, through_getattr
 from invariant_check.api.edits import Editor, block_of, statement_holding
 from invariant_check.api.types import UNSAFE, Edit, Fix
 
@@ -27,21 +27,25 @@ ROW_NAMES = ("token_indices_to_sample", "last_token_indices")
 
 def build(rule, report, view) -> Fix | None:
     switch: ast.Call = report.node
-    if not isinstance(switch, ast.Call) or not isinstance(switch.func, ast.Attribute) or switch.func.attr != rule.switch:
+    if not isinstance(switch, ast.Call):
+        return None
+    # `getattr(m, "set_skip_topk")(True)` switches `m`, as `m.set_skip_topk(True)` does
+    made = through_getattr(switch) or switch
+    if not isinstance(made.func, ast.Attribute) or made.func.attr != rule.switch:
         return None  # the switch bound to a name (`functools.partial`) and called elsewhere
     func = view.node
     stmt = statement_holding(func, switch)
     if not isinstance(stmt, ast.Expr) or stmt.value is not switch:
         return None  # the switch inside a larger statement: no place of its own to follow
     ed = Editor(view.source)
-    receiver = ed.node_text(switch.func.value)
+    receiver = ed.node_text(made.func.value)
     if "\n" in receiver:
         return None
     bound = _bound_before(func, stmt)
     edits: list[Edit] = []
     # a compaction of rows `0..n-1` moves nothing: not a misplaced compaction to move (moved,
     # it would still gather each row onto itself)
-    existing = [(c, w) for c, w in _compactions(func, rule.compaction, ref(switch.func.value)) if not identity_rows(c, func)]
+    existing = [(c, w) for c, w in _compactions(func, rule.compaction, ref(made.func.value)) if not identity_rows(c, func)]
     if len(existing) > 1:
         return None
     if existing:
