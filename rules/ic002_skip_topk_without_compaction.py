@@ -455,9 +455,9 @@ class SkipTopkWithoutCompaction(Rule):
       (`set_skip_topk(self.share)`) is judged as on, with that value known true.
     - A compaction in a helper counts if the helper compacts on some path: its own conditions
       (`if idx is not None:`) are taken as the helper's business.
-    - A switch in the `__enter__` of a context-manager class, and switches called out of a
-      container of callables (`self._hooks[phase]()`): the `with` statements and the lookups
-      that run them are not read as their callers.
+    - Switches called out of a container of callables (`self._hooks[phase]()`): the lookups
+      that run them are not read as their callers. (A context-manager class's `__enter__` is:
+      each `with Cls(...)` of the project is its caller.)
     - Step 0 and the reusing steps in two methods that only the framework calls, one after the
       other (`prepare()` runs step 0 and switches, `run_steps()` runs the rest): the source
       does not show that a draft step follows the switch.
