@@ -366,7 +366,12 @@ class SkipTopkWithoutCompaction(Rule):
     compact(...)`, then `if not self.share: return` before the switch), but a
     compaction under a narrower condition than the switch's does not cover the paths where
     that condition is false. `hasattr(model, "compact_topk_indices")` tests are taken as
-    true: a model without the method is IC003's finding.
+    true: a model without the method is IC003's finding; not a test of an object that holds
+    the switched model (`hasattr(self.model, ...)` beside `self.model.model.set_skip_topk(True)`:
+    the wrapper need not have the method). A test of several operands is left
+    by its `else` only where one of them can be false (`if self.share and hasattr(model,
+    "compact_topk_indices"):` after the switch under `if self.share and ...:` always compacts),
+    and `if True:` never is.
 
     A path needs no compaction when nothing on it reads reused rows: it takes a branch that
     says there are no rows (a size that is zero: `rows.numel() == 0`, `len(rows) == 0`,
@@ -515,6 +520,19 @@ class SkipTopkWithoutCompaction(Rule):
     }
 
     VALID = [
+        # The compaction under the switch's own flag `and` a `hasattr` test, as the switch is.
+        Valid(
+            """
+def propose(self, token_indices_to_sample):
+    hidden = self.model(**self.inputs)
+    if self.share and hasattr(self.model.model, "set_skip_topk"):
+        self.model.model.set_skip_topk(True)
+    if self.share and hasattr(self.model.model, "compact_topk_indices"):
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+"""
+        ),
         # Both calls through `getattr(...)`: the compaction follows the switch.
         Valid(
             """
@@ -2171,6 +2189,33 @@ def propose(self, token_indices_to_sample):
         hidden = self.model(**self.inputs)
 """,
             line=4,
+        ),
+        # The same two tests, the compaction's narrower (`self.fused` may be false).
+        Invalid(
+            """
+def propose(self, token_indices_to_sample, num_tokens):
+    hidden = self.model(**self.inputs)
+    if self.share and hasattr(self.model.model, "set_skip_topk"):
+        self.model.model.set_skip_topk(True)
+    if self.share and self.fused:
+        self.model.model.compact_topk_indices(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=4,
+        ),
+        # The compaction guarded by a test of the wrapper, which need not have the method.
+        Invalid(
+            """
+def propose(self, token_indices_to_sample, num_tokens):
+    hidden = self.model(**self.inputs)
+    self.model.model.set_skip_topk(True)
+    if hasattr(self.model, "compact_topk_indices"):
+        self.model.compact_topk_indices(token_indices_to_sample)
+    for _ in range(self.num_steps - 1):
+        hidden = self.model(**self.inputs)
+""",
+            line=3,
         ),
     ]
 

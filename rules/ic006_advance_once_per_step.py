@@ -24,6 +24,24 @@ def advance_metadata(md):
 """
 
 
+
+# A wrapper handed the whole buffers object, launching a kernel that advances two of its fields.
+_BUFFERS_KERNEL = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _advance_kernel(positions_ptr, seq_lens_ptr, max_len):
+    i = tl.program_id(0)
+    tl.store(positions_ptr + i, tl.minimum(tl.load(positions_ptr + i) + 1, max_len - 1))
+    tl.store(seq_lens_ptr + i, tl.load(seq_lens_ptr + i) + 1)
+
+
+def advance_draft_step(num_reqs, input_buffers, max_len):
+    _advance_kernel[(num_reqs,)](input_buffers.positions, input_buffers.seq_lens, max_len)
+"""
+
 class AdvanceOncePerStep(Rule):
     """
     ## What it does
@@ -94,7 +112,8 @@ class AdvanceOncePerStep(Rule):
     (`bump(self.input_buffers.positions, n)`, also through a local `functools.partial` of
     the helper, a wrapper launching a
     `@triton.jit` kernel that `tl.store`s its own load plus one through that pointer, as
-    IC004 reads kernels). It is reported when what moves *outlives the iteration*: `self` or
+    IC004 reads kernels; also a wrapper handed the whole buffers object that launches such a
+    kernel with its fields: `advance(n, self.input_buffers)`). It is reported when what moves *outlives the iteration*: `self` or
     something reached from it, a parameter, a local bound before the loop or bound to one
     (`md = common_attn_metadata`, also in the iteration: `positions =
     self.input_buffers.positions`, or a view of it), module state a helper advances without
@@ -201,6 +220,22 @@ class AdvanceOncePerStep(Rule):
     }
 
     VALID = [
+        # The same wrapper, once per step, before the groups build from the buffers.
+        Valid(
+            """
+from .ops import advance_draft_step
+
+
+class Speculator:
+    def build_step(self, num_reqs, common_attn_metadata):
+        advance_draft_step(num_reqs, self.input_buffers, self.max_model_len)
+        out = {}
+        for gid, group in enumerate(self.kv_cache_config.kv_cache_groups):
+            out[gid] = self.builders[gid].build_for_drafting(common_attn_metadata, 1)
+        return out
+""",
+            files={"ops.py": _BUFFERS_KERNEL},
+        ),
         # The same `copy_` helper, once per step before the builders read the lengths.
         Valid(
             """
@@ -925,6 +960,23 @@ class HybridProposer:
         return per_group
 """,
             line=8,
+        ),
+        # The wrapper, handed `self.input_buffers`, called once per KV-cache group.
+        Invalid(
+            """
+from .ops import advance_draft_step
+
+
+class Speculator:
+    def build_step(self, num_reqs, common_attn_metadata):
+        out = {}
+        for gid, group in enumerate(self.kv_cache_config.kv_cache_groups):
+            advance_draft_step(num_reqs, self.input_buffers, self.max_model_len)
+            out[gid] = self.builders[gid].build_for_drafting(common_attn_metadata, 1)
+        return out
+""",
+            line=8,
+            files={"ops.py": _BUFFERS_KERNEL},
         ),
     ]
 

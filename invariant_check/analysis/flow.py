@@ -65,7 +65,20 @@ def atoms_of(test: ast.AST, polarity: bool) -> tuple[Atom, ...]:
             return tuple(a for v in test.values for a in atoms_of(v, True))
         if isinstance(test.op, ast.Or) and not polarity:
             return tuple(a for v in test.values for a in atoms_of(v, False))
+        # the other way, a disjunction no atom says: kept so that a search can tell when
+        # every operand is decided (`if a and b:` is not left by its `else` when a and b hold)
+        source = atom_source(test)
+        if source not in _JUNCTIONS:
+            _JUNCTIONS[source] = (isinstance(test.op, ast.And), tuple(atoms_of(v, isinstance(test.op, ast.And)) for v in test.values))
+        return ((source, polarity),)
     return ((atom_source(test), polarity),)
+
+
+# source of a BoolOp -> (an `and`?, the atoms each operand's holding (for `and`) or failing
+# (for `or`) asserts)
+_JUNCTIONS: dict[str, tuple[bool, tuple[tuple[Atom, ...], ...]]] = {}
+# constant tests: the branch they rule out
+_CONSTANT_TESTS = {"True": True, "False": False, "None": False}
 
 
 class Flow:
@@ -522,6 +535,25 @@ def _consistent(atoms: tuple[Atom, ...], known: dict[str, bool], assume) -> bool
             fixed = assume((source, polarity))
             if fixed is not None and fixed != polarity:
                 return False
+        if _CONSTANT_TESTS.get(source, polarity) != polarity:
+            return False  # `if True:` is never left by its `else`
+        junction = _JUNCTIONS.get(source)
+        if junction is not None:
+            is_and, operands = junction
+            # `a and b` is false only where some operand is; `a or b` true where some is
+            if polarity != is_and and all(_decided(group, known, assume) for group in operands):
+                return False
+    return True
+
+
+def _decided(atoms: tuple[Atom, ...], known: dict[str, bool], assume) -> bool:
+    """Every atom holds with its polarity, by `known` or by what `assume` says."""
+    for source, polarity in atoms:
+        if known.get(source) == polarity:
+            continue
+        if assume is not None and assume((source, polarity)) == polarity:
+            continue
+        return False
     return True
 
 

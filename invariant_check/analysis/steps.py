@@ -228,6 +228,33 @@ def handed_field_advances(summaries, fn: FunctionInfo, fields: frozenset[str], d
             if spelled and "." in spelled and spelled.rsplit(".", 1)[-1] in fields and index < len(params):
                 if argument_writes(summaries, target, index, depth - 1) == ADVANCES:
                     out.append(spelled)
+    out += [s for s in _launched_field_advances(summaries, fn, fields, depth) if s not in out]
+    return out
+
+
+def _launched_field_advances(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> list[str]:
+    """The fields `fn` hands to a Triton kernel it launches (`kernel[grid](input_buffers.positions,
+    ...)`) that the kernel advances through the pointer it gets: a wrapper handed the buffers."""
+    from .facts import walk_local
+    from .tensor_writes import ADVANCES, argument_writes
+
+    node = fn.node()
+    if node is None or not any(c.name is None or c.ref is None for c in fn.facts.calls):
+        return []
+    out: list[str] = []
+    for sub in walk_local(node):
+        if not (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Subscript)):
+            continue
+        kernel = summaries.function_for(summaries.resolve(fn, ref(sub.func.value)))
+        if kernel is None:
+            continue
+        kparams = kernel.facts.params
+        given = list(enumerate(sub.args)) + [(kparams.index(k.arg), k.value) for k in sub.keywords if k.arg in kparams]
+        for index, arg in given:
+            spelled = ref(arg)
+            if spelled and "." in spelled and spelled.rsplit(".", 1)[-1] in fields and index < len(kparams):
+                if argument_writes(summaries, kernel, index, depth - 1) == ADVANCES and spelled not in out:
+                    out.append(spelled)
     return out
 
 

@@ -663,9 +663,20 @@ class Window:
         return stop
 
     def _assume(self, atom) -> bool | None:
-        """`hasattr(x, "compact_topk_indices")` is true: a model without it is IC003's finding."""
+        """`hasattr(x, "compact_topk_indices")` is true: a model without it is IC003's finding.
+        Not of an object that holds the switched model (`hasattr(self.model, ...)` beside
+        `self.model.model.set_skip_topk(True)`): the wrapper need not have the method."""
         source = atom[0]
         if source.startswith("hasattr(") and (f"'{self.rule.compaction}'" in source or f'"{self.rule.compaction}"' in source):
+            mine = self.canon_receiver or self.receiver
+            if mine is not None:
+                try:
+                    tested = ast.parse(source, mode="eval").body
+                except SyntaxError:
+                    tested = None
+                spelled = ref(tested.args[0]) if isinstance(tested, ast.Call) and tested.args else None
+                if spelled is not None and mine.startswith(spelled + "."):
+                    return None
             return True
         return None
 
