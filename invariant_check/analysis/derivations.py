@@ -330,7 +330,7 @@ def _memos_of(info) -> list[Derivation]:
                         # `replace(self, ...)`): what it computes is the class's derivation;
                         # positional arguments are its fields in order
                         values = _single_bindings(node) if values is None else values
-                        call = _by_keyword(sub, order if order is not None else (order := _init_order(info)))
+                        call = _by_keyword(sub, order if order is not None else (order := init_order(info)))
                         for d in _keyword_derivations(call, values, where, f"{cls.name}.{name}"):
                             if d.field in fields and in_family(d):
                                 out.append(Derivation(d.field, d.sources, d.kind, d.where, d.how, cls.name, d.function))
@@ -410,7 +410,7 @@ def _kept_parameters(fn: ast.AST, me: str | None) -> dict[str, str]:
     return out
 
 
-def _init_order(info) -> list[str]:
+def init_order(info) -> list[str]:
     """The names a call of the class takes by position: its `__init__`'s parameters, else a
     dataclass's fields in the order the class body (and its bases, first) declares them."""
     init = info.method("__init__")

@@ -235,7 +235,6 @@ def handed_field_advances(summaries, fn: FunctionInfo, fields: frozenset[str], d
 def _launched_field_advances(summaries, fn: FunctionInfo, fields: frozenset[str], depth: int) -> list[str]:
     """The fields `fn` hands to a Triton kernel it launches (`kernel[grid](input_buffers.positions,
     ...)`) that the kernel advances through the pointer it gets: a wrapper handed the buffers."""
-    from .facts import walk_local
     from .tensor_writes import ADVANCES, argument_writes
 
     node = fn.node()

@@ -120,6 +120,7 @@ class Window:
         self.canon_receiver = canonical_name(self.receiver, dotted_aliases(view.node)) if self.receiver else None
         self._loop_hits: dict[tuple[int, int], bool] = {}
         self._effects: dict[tuple, tuple[str | None, str | None]] = {}
+        self._entered_memo: dict[tuple[int, str], ClassInfo | None] = {}  # see `_entered`
         self._known: dict[str, bool] = {}
         self._flow_known: dict[int, dict[str, bool]] = {}
         self._per_function: dict[int, tuple[dict, set[int]]] = {}
@@ -237,9 +238,9 @@ class Window:
     def _entered(self, flow: Flow, fn: FunctionInfo, name: str, self_cls: ClassInfo | None) -> ClassInfo | None:
         """The project class of `with Cls(...) as name:` in the flow's function, where the
         class's `__enter__` returns `self` (so `name` is the instance)."""
-        key = ("entered", id(flow.func), name)
-        if key in self._effects:
-            return self._effects[key]  # type: ignore[return-value]
+        key = (id(flow.func), name)
+        if key in self._entered_memo:
+            return self._entered_memo[key]
         found = None
         for sub in walk_local(flow.func):
             if not isinstance(sub, (ast.With, ast.AsyncWith)):
@@ -254,7 +255,7 @@ class Window:
                     returns = [r for r in walk_local(node) if isinstance(r, ast.Return)] if me is not None else []
                     if returns and all(isinstance(r.value, ast.Name) and r.value.id == me for r in returns):
                         found = cls
-        self._effects[key] = found  # type: ignore[assignment]
+        self._entered_memo[key] = found
         return found
 
     def _called_instance(self, fn: FunctionInfo, callee: str, self_cls: ClassInfo | None) -> tuple[ClassInfo, FunctionInfo] | None:
@@ -1005,16 +1006,10 @@ def loop_counter_at(flow: Flow, idx: int):
         if counter is None:
             return None
     else:
-        if not (isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name)):
+        ranged = _range_by_one(node)
+        if ranged is None:
             return None
-        it = node.iter
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
-            return None
-        if len(it.args) == 3 and not (isinstance(it.args[2], ast.Constant) and it.args[2].value == 1):
-            return None
-        counter = node.target.id
-        if counter in _assigned_in(node):
-            return None  # rebound in the body: not the step number
+        counter = ranged[0]
     for source, polarity in flow.nodes[idx].conds:
         if source == counter and polarity is False:
             return loop, counter, 0
@@ -1045,10 +1040,9 @@ def _while_counter(node: ast.While) -> str | None:
     return None if counter in _assigned_in(rest) or node.orelse else counter
 
 
-def counted_loop(loop) -> tuple | None:
-    """(loop, counter, its first value) of a `for <counter> in range(...)` counting up by
-    one, its counter not bound anew in its body; None for any other loop."""
-    node = loop.node
+def _range_by_one(node: ast.AST) -> tuple[str, list[ast.expr]] | None:
+    """(counter, the `range` arguments) of a `for <counter> in range(...)` counting up by
+    one, its counter not bound anew in its body (each iteration is one step number)."""
     if not (isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name)):
         return None
     it = node.iter
@@ -1056,15 +1050,23 @@ def counted_loop(loop) -> tuple | None:
         return None
     if len(it.args) == 3 and not (isinstance(it.args[2], ast.Constant) and it.args[2].value == 1):
         return None
-    if len(it.args) == 1:
-        first = 0
-    elif isinstance(it.args[0], ast.Constant) and type(it.args[0].value) is int:
-        first = it.args[0].value
-    else:
-        return None
     if node.target.id in _assigned_in(node):
+        return None  # rebound in the body: not the step number
+    return node.target.id, it.args
+
+
+def counted_loop(loop) -> tuple | None:
+    """(loop, counter, its first value) of a `for <counter> in range(...)` counting up by
+    one from a constant, its counter not bound anew in its body; None for any other loop."""
+    ranged = _range_by_one(loop.node)
+    if ranged is None:
         return None
-    return loop, node.target.id, first
+    counter, args = ranged
+    if len(args) == 1:
+        return loop, counter, 0
+    if isinstance(args[0], ast.Constant) and type(args[0].value) is int:
+        return loop, counter, args[0].value
+    return None
 
 
 def _assigned_in(loop: ast.AST) -> set[str]:

@@ -134,29 +134,23 @@ class FunctionView:
         """A project class whose construction checks the argument at `pos`: its `__init__`
         validates that parameter, or (a dataclass) its `__post_init__` checks the field's
         type (`if not isinstance(self.attn_metadata, T): raise TypeError(...)`)."""
+        from .derivations import init_order
+
         cls = self.project.class_of(sym)
         if cls is None:
             return False
-        summaries = self.ctx.summaries()
+        order = init_order(cls)  # what the call's positional arguments are
+        name = pos if isinstance(pos, str) else (order[pos] if pos < len(order) else None)
+        if name is None:
+            return False
         init = cls.method("__init__")
         if init is not None and init.facts.params:
             params = init.facts.params
-            if isinstance(pos, str):
-                return pos in params and summaries.validates(init, params.index(pos))
-            return summaries.validates(init, pos + 1)
+            return name in params and self.ctx.summaries().validates(init, params.index(name))
         post = cls.method("__post_init__")
         node = post.node() if post is not None else None
         if node is None or not node.args.args:
             return False
-        if isinstance(pos, str):
-            name = pos
-        else:
-            order: list[str] = []
-            for c in reversed(cls.classes()):
-                order.extend(f for f in c.facts.fields if f not in order)
-            if pos >= len(order):
-                return False
-            name = order[pos]
         target = f"{node.args.args[0].arg}.{name}"
         for sub in walk_local(node):
             test = sub.test if isinstance(sub, ast.Assert) else (sub.test if isinstance(sub, ast.If) and any(isinstance(b, ast.Raise) for b in sub.body) else None)
